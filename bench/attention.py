@@ -1,0 +1,108 @@
+"""Attention forward+backward time: tfattn against keras.layers.MultiHeadAttention.
+
+Everything runs in one process on the same inputs, interleaved round by round
+so that drift in the machine's speed hits both sides alike. It also measures
+a plain matmul of the same FLOP count as a ceiling.
+
+    python bench/attention.py                  # float32 and bfloat16, T=256
+    python bench/attention.py --length 512 --rounds 5
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tfattn  # noqa: E402
+
+
+def attention_flops(batch, length, width):
+    """Forward FLOPs of self-attention (projections + scores + A·V + output)."""
+    projections = 4 * 2 * batch * length * width * width
+    core = 2 * 2 * batch * length * length * width
+    return projections + core
+
+
+def make_step(layer, x, causal, keras_layer):
+    @tf.function(jit_compile=False)
+    def step():
+        with tf.GradientTape() as tape:
+            if keras_layer:
+                y = layer(x, x, use_causal_mask=causal)
+            else:
+                y = layer(x)
+            loss = tf.reduce_sum(tf.cast(y, "float32") ** 2)
+        grads = tape.gradient(loss, layer.trainable_variables + [x])
+        return loss, grads
+
+    return step
+
+
+def time_calls(fn, repeats):
+    fn()  # trace and warm up
+    fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = fn()
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out[0])
+    return (time.perf_counter() - start) / repeats
+
+
+def run(batch, length, width, heads, dtype, causal, repeats, rounds):
+    keras.config.set_dtype_policy("float32" if dtype == "float32" else "mixed_bfloat16")
+    rng = np.random.default_rng(0)
+    x = tf.Variable(rng.normal(size=(batch, length, width)).astype("float32"))
+    ours = tfattn.MultiHeadAttention(num_heads=heads, causality=causal)
+    theirs = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=width // heads)
+    ours(x), theirs(x, x)
+    steps = {
+        "tfattn": make_step(ours, x, causal, False),
+        "keras": make_step(theirs, x, causal, True),
+    }
+    a = tf.cast(tf.random.normal((width * 4, width * 4)), "float32" if dtype == "float32" else "bfloat16")
+    matmul = tf.function(lambda: (tf.matmul(a, a),))
+    times = {name: [] for name in steps}
+    ceiling = []
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            times[name].append(time_calls(fn, repeats))
+        ceiling.append(time_calls(matmul, repeats))
+    keras.config.set_dtype_policy("float32")
+    best = {name: min(t) for name, t in times.items()}
+    flops = 3 * attention_flops(batch, length, width)  # forward + backward
+    peak = 2 * (width * 4) ** 3 / min(ceiling)
+    return best, flops, peak
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    args = parser.parse_args()
+    print(f"batch {args.batch}, length {args.length}, width {args.width}, "
+          f"heads {args.heads}; best of {args.rounds} rounds x {args.repeats} calls")
+    print(f"{'dtype':9} {'mask':7} {'tfattn ms':>10} {'keras ms':>9} "
+          f"{'keras/tfattn':>12} {'tfattn % of matmul':>19} {'keras %':>8}")
+    for dtype in args.dtypes.split(","):
+        for causal in (False, True):
+            best, flops, peak = run(args.batch, args.length, args.width, args.heads,
+                                    dtype, causal, args.repeats, args.rounds)
+            ours, theirs = best["tfattn"], best["keras"]
+            print(f"{dtype:9} {'causal' if causal else 'none':7} {ours * 1e3:10.1f} "
+                  f"{theirs * 1e3:9.1f} {theirs / ours:12.2f} "
+                  f"{100 * flops / ours / peak:18.0f}% {100 * flops / theirs / peak:7.0f}%")
+
+
+if __name__ == "__main__":
+    main()

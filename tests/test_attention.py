@@ -1,0 +1,52 @@
+"""Tests of tfattn.ops.attention (the shared attention core)."""
+
+import numpy as np
+
+from tfattn.ops import attention
+
+
+def _softmax(s):
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_core_matches_numpy_with_mask_bias_and_multiplier():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 3, 4, 5)).astype("float32") for _ in range(3))
+    mask = rng.random((2, 1, 4, 4)) > 0.3
+    bias = rng.normal(size=(2, 1, 1, 4)).astype("float32")
+    mult = (rng.random((2, 1, 4, 1)) > 0.5).astype("float32")
+    out, w = attention.scaled_dot_product_attention(
+        q, k, v, mask=mask, bias=bias, probs_multiplier=mult
+    )
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(5) + bias
+    s = np.where(mask, s, np.float32(-4294967296.0))
+    want_w = _softmax(s) * mult
+    np.testing.assert_allclose(w, want_w, atol=1e-6)
+    np.testing.assert_allclose(out, want_w @ v, atol=1e-5)
+
+
+def test_fully_masked_row_is_uniform_and_dropout_is_applied_after_weights():
+    q = np.ones((1, 1, 2, 4), "float32")
+    out, w = attention.scaled_dot_product_attention(
+        q, q, q * 3.0, mask=np.zeros((2, 2), bool), dropout=lambda p: p * 0.0
+    )
+    np.testing.assert_allclose(w, np.full((1, 1, 2, 2), 0.5))
+    np.testing.assert_array_equal(out, np.zeros_like(out))
+
+
+def test_bfloat16_inputs_keep_float32_weights():
+    import keras
+
+    q = keras.ops.cast(np.ones((1, 1, 2, 4)), "bfloat16")
+    out, w = attention.scaled_dot_product_attention(q, q, q)
+    assert str(out.dtype) == "<dtype: 'bfloat16'>" or "bfloat16" in str(out.dtype)
+    assert "float32" in str(w.dtype)
+
+
+def test_split_and_merge_heads_layout():
+    x = np.arange(2 * 3 * 6, dtype="float32").reshape(2, 3, 6)
+    heads = np.asarray(attention.split_heads(x, 3))
+    assert heads.shape == (2, 3, 3, 2)
+    np.testing.assert_array_equal(heads[:, 1], x[:, :, 2:4])  # head 1 = channels 2..3
+    np.testing.assert_array_equal(attention.merge_heads(heads), x)

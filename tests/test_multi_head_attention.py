@@ -1,0 +1,391 @@
+"""Tests of tfattn.MultiHeadAttention against independent references.
+
+References: tests/reference_numpy.py (NumPy written from REFERENCE_SPEC, not
+from the layer) for the reference flavours, and keras.layers.MultiHeadAttention
+with copied weights for the paper flavour.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfattn
+from tests import reference_numpy as ref
+from tests.harness import run_layer_test
+
+B, T, C, H = 2, 5, 8, 2
+FLAVORS = ["paper", "reference_2017", "reference_2019"]
+
+
+def _inputs(seed=0, batch=B, length=T, width=C, zero_rows=True):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, length, width)).astype("float32")
+    if zero_rows:
+        x[0, -2:] = 0.0  # zero-padded rows, as the 2017 reference expects
+    return x
+
+
+def _randomize(layer, seed=1):
+    """Non-trivial weights everywhere, biases and layer norm included."""
+    rng = np.random.default_rng(seed)
+    for w in layer.weights:
+        w.assign(0.5 * rng.normal(size=w.shape).astype("float32"))
+
+
+def _params(layer):
+    params = {
+        "wq": layer.query_dense.kernel.numpy(),
+        "bq": layer.query_dense.bias.numpy(),
+        "wk": layer.key_dense.kernel.numpy(),
+        "bk": layer.key_dense.bias.numpy(),
+        "wv": layer.value_dense.kernel.numpy(),
+        "bv": layer.value_dense.bias.numpy(),
+    }
+    if layer.flavor == "paper":
+        params["wo"] = layer.output_dense.kernel.numpy()
+        params["bo"] = layer.output_dense.bias.numpy()
+    else:
+        params["gamma"] = layer.layer_norm.gamma.numpy()
+        params["beta"] = layer.layer_norm.beta.numpy()
+    return params
+
+
+def _built(flavor, x, **kwargs):
+    layer = tfattn.MultiHeadAttention(num_heads=H, flavor=flavor, **kwargs)
+    layer(x)
+    _randomize(layer)
+    return layer
+
+
+# --------------------------------------------------------------------------
+# Layer contract: config, serialization, symbolic/eager, fit, .keras reload.
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("causality", [False, True])
+def test_layer_contract(flavor, causality):
+    x = _inputs()
+    num_weights = 8  # paper: 4 Dense x (kernel, bias); reference: 3 Dense + LN
+    run_layer_test(
+        tfattn.MultiHeadAttention,
+        dict(num_heads=H, flavor=flavor, causality=causality, dropout_rate=0.1,
+             seed=3),
+        x,
+        expected_output_shape=(B, T, C),
+        expected_num_trainable_weights=num_weights,
+    )
+
+
+def test_cross_attention_contract_with_values():
+    q, kv = _inputs(0, length=3), _inputs(1, length=6)
+    run_layer_test(
+        tfattn.MultiHeadAttention,
+        dict(num_heads=H, flavor="reference_2019"),
+        [q, kv, kv],
+        expected_output_shape=(B, 3, C),
+    )
+
+
+def test_public_sublayers_have_documented_shapes():
+    x = _inputs()
+    paper = _built("paper", x, num_units=8)
+    assert paper.query_dense.kernel.shape == (C, 8)
+    assert paper.output_dense.kernel.shape == (8, 8)
+    assert not hasattr(paper, "layer_norm")
+    ref17 = _built("reference_2017", x)
+    assert ref17.layer_norm.epsilon == 1e-8
+    assert not hasattr(ref17, "output_dense")
+    assert ref17.query_dense.activation is keras.activations.relu
+
+
+# --------------------------------------------------------------------------
+# Numerical equality with the references.
+
+
+@pytest.mark.parametrize("causality", [False, True])
+def test_reference_2017_matches_numpy(causality):
+    x = _inputs(0)
+    memory = _inputs(1, length=7)
+    memory[1, -3:] = 0.0
+    for queries, keys in ((x, x), (x, memory)):
+        layer = _built("reference_2017", queries, causality=causality)
+        layer(queries, keys)
+        out, weights = layer(queries, keys, return_attention_scores=True)
+        want_out, want_w = ref.mha_reference_2017(
+            queries, keys, _params(layer), H, causality=causality
+        )
+        np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(weights, want_w, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("causality", [False, True])
+def test_reference_2019_matches_numpy(causality):
+    x = _inputs(0, zero_rows=False)
+    memory = _inputs(1, length=7, zero_rows=False)
+    key_masks = np.zeros((B, 7), bool)
+    key_masks[0, -3:] = True
+    self_masks = np.zeros((B, T), bool)
+    self_masks[1, -2:] = True
+    for queries, keys, masks in ((x, x, self_masks), (x, memory, key_masks)):
+        values = keys * 0.5 + 1.0
+        layer = _built("reference_2019", queries, causality=causality)
+        out, weights = layer(
+            queries, keys, values, key_masks=masks, return_attention_scores=True
+        )
+        want_out, want_w = ref.mha_reference_2019(
+            queries, keys, values, _params(layer), H, key_masks=masks,
+            causality=causality,
+        )
+        np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(weights, want_w, atol=1e-6, rtol=0)
+
+
+def test_paper_matches_numpy_with_explicit_mask():
+    x, memory = _inputs(0, zero_rows=False), _inputs(1, length=7, zero_rows=False)
+    attend = np.random.default_rng(2).random((B, T, 7)) > 0.3
+    attend[:, :, 0] = True
+    layer = _built("paper", x)
+    out, weights = layer(x, memory, attention_mask=attend,
+                         return_attention_scores=True)
+    want_out, want_w = ref.mha_paper(x, memory, memory, _params(layer), H,
+                                     attend_mask=attend)
+    np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(weights, want_w, atol=1e-6, rtol=0)
+
+
+def _keras_twin(layer):
+    """keras.layers.MultiHeadAttention holding `layer`'s paper weights."""
+    d = layer.units // layer.num_heads
+    twin = keras.layers.MultiHeadAttention(num_heads=layer.num_heads, key_dim=d)
+    x = np.zeros((1, 1, layer.query_dense.kernel.shape[0]), "float32")
+    twin(x, x)
+    p = _params(layer)
+    twin.set_weights([
+        p["wq"].reshape(-1, layer.num_heads, d), p["bq"].reshape(layer.num_heads, d),
+        p["wk"].reshape(-1, layer.num_heads, d), p["bk"].reshape(layer.num_heads, d),
+        p["wv"].reshape(-1, layer.num_heads, d), p["bv"].reshape(layer.num_heads, d),
+        p["wo"].reshape(layer.num_heads, d, -1), p["bo"],
+    ])
+    return twin
+
+
+def test_paper_matches_keras_padding_mask():
+    ids = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 9, 2]])
+    embed = keras.layers.Embedding(12, C, mask_zero=True)
+    ours = _built("paper", _inputs())
+    theirs = _keras_twin(ours)
+    inp = keras.Input((T,), dtype="int32")
+    # Two models: keras' layer clears the implicit masks of its inputs.
+    got = keras.Model(inp, ours(embed(inp), embed(inp)))(ids)
+    want = keras.Model(inp, theirs(embed(inp), embed(inp)))(ids)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    # The padding mask must matter: without it the output differs.
+    plain = tf.identity(embed(ids))  # the same values without the mask
+    unmasked = ours(plain, plain)
+    assert np.abs(np.asarray(unmasked)[0, :3] - np.asarray(got)[0, :3]).max() > 1e-4
+
+
+def test_paper_matches_keras_causal_and_explicit_masks():
+    x, memory = _inputs(0, zero_rows=False), _inputs(1, zero_rows=False)
+    ours = _built("paper", x, causality=True)
+    theirs = _keras_twin(ours)
+    np.testing.assert_allclose(
+        ours(x), theirs(x, x, use_causal_mask=True), atol=1e-5, rtol=0
+    )
+    plain = _built("paper", x)
+    plain_twin = _keras_twin(plain)
+    attend = np.random.default_rng(3).random((B, T, T)) > 0.4
+    attend[:, :, 1] = True
+    np.testing.assert_allclose(
+        plain(x, memory, attention_mask=attend),
+        plain_twin(x, memory, attention_mask=attend),
+        atol=1e-5, rtol=0,
+    )
+
+
+# --------------------------------------------------------------------------
+# Facts of REFERENCE_SPEC §5.
+
+
+def test_mask_constant_is_the_reference_float32_value():
+    p = np.float32(tfattn.ops.REFERENCE_MASK_VALUE)
+    assert p == np.float32(-4294967296.0)
+    # The float32 spacing is 512 below P and 256 above it, so scores in
+    # (-256, 128] vanish into P (REFERENCE_SPEC §5 says |s| < 256; 129..255
+    # actually round to P + 256).
+    assert np.float32(p + np.float32(128.0)) == p
+    assert np.float32(p - np.float32(255.0)) == p
+
+
+def test_head_layout_head_i_owns_its_channels():
+    x = _inputs(zero_rows=False)
+    layer = _built("reference_2019", x)
+    _, before = layer(x, return_attention_scores=True)
+    d = C // H
+    for dense in (layer.query_dense, layer.key_dense):
+        kernel = dense.kernel.numpy()
+        kernel[:, d:] += 3.0  # channels of head 1 only
+        dense.kernel.assign(kernel)
+    _, after = layer(x, return_attention_scores=True)
+    np.testing.assert_array_equal(after[:, 0], before[:, 0])
+    assert np.abs(np.asarray(after[:, 1]) - np.asarray(before[:, 1])).max() > 1e-3
+
+
+def test_scale_is_one_over_sqrt_head_width():
+    x = _inputs(zero_rows=False)
+    layer = tfattn.MultiHeadAttention(num_heads=H, flavor="reference_2019")
+    layer(x)
+    eye = np.eye(C, dtype="float32")
+    for dense in (layer.query_dense, layer.key_dense, layer.value_dense):
+        dense.kernel.assign(eye)
+    _, weights = layer(x, return_attention_scores=True)
+    d = C // H
+    head0 = x[..., :d]
+    scores = np.einsum("btd,bsd->bts", head0, head0) / np.sqrt(d)
+    want = np.exp(scores - scores.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights[:, 0], want, atol=1e-6)
+
+
+def test_reference_2017_zero_rows():
+    x = _inputs()  # x[0, -2:] is zero
+    layer = _built("reference_2017", x)
+    out, weights = layer(x, return_attention_scores=True)
+    weights = np.asarray(weights)
+    # Zero key rows get exactly zero weight from every (real) query.
+    assert np.all(weights[0, :, :-2, -2:] == 0.0)
+    # Zero query rows: attention output 0, so the layer output is beta.
+    beta = layer.layer_norm.beta.numpy()
+    np.testing.assert_allclose(np.asarray(out)[0, -2:], np.stack([beta, beta]),
+                               atol=1e-6)
+    # A query whose keys are all masked gets uniform weights 1/T_k.
+    keys = np.zeros((B, 4, C), "float32")
+    _, weights = layer(x, keys, return_attention_scores=True)
+    real_rows = np.asarray(weights)[1]
+    np.testing.assert_allclose(real_rows, np.full_like(real_rows, 0.25), atol=1e-7)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_causality_future_inputs_do_not_leak(flavor):
+    x = _inputs(zero_rows=False)
+    layer = _built(flavor, x, causality=True)
+    base = np.asarray(layer(x))
+    for t in range(T - 1):
+        changed = x.copy()
+        changed[:, t + 1:] += 5.0
+        out = np.asarray(layer(changed))
+        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6)
+        assert np.abs(out[:, t + 1:] - base[:, t + 1:]).max() > 1e-3
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_dropout_acts_only_when_training(flavor):
+    x = _inputs(zero_rows=False)
+    layer = _built(flavor, x, dropout_rate=0.5, seed=7)
+    quiet = tfattn.MultiHeadAttention(num_heads=H, flavor=flavor)
+    quiet(x)
+    quiet.set_weights(layer.get_weights())
+    np.testing.assert_allclose(layer(x, training=False), quiet(x), atol=1e-6)
+    np.testing.assert_allclose(layer(x), quiet(x), atol=1e-6)
+    assert np.abs(np.asarray(layer(x, training=True)) - np.asarray(quiet(x))).max() > 1e-3
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mixed_precision_stays_finite_with_fully_masked_rows(policy, flavor):
+    x = _inputs(zero_rows=False) * 30.0
+    keys = x.copy()
+    kwargs = {}
+    attend = np.ones((B, T, T), bool)
+    attend[0, 1, :] = False  # one query sees no key at all
+    if flavor == "reference_2017":
+        keys[0] = 0.0  # every key of batch 0 is padding
+    elif flavor == "reference_2019":
+        kwargs["key_masks"] = np.ones((B, T), bool)
+    else:
+        kwargs["attention_mask"] = attend
+    layer = tfattn.MultiHeadAttention(num_heads=H, flavor=flavor, dtype=policy)
+    out, weights = layer(x, keys, return_attention_scores=True, **kwargs)
+    assert out.dtype == policy.split("_")[1]
+    assert np.all(np.isfinite(np.asarray(out, dtype="float32")))
+    assert np.all(np.isfinite(np.asarray(weights)))
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_jit_compile_equals_eager(flavor):
+    x = _inputs()
+    layer = _built(flavor, x, causality=True)
+    compiled = tf.function(lambda a: layer(a), jit_compile=True)
+    np.testing.assert_allclose(compiled(x), layer(x), atol=1e-5)
+
+
+# --------------------------------------------------------------------------
+# Bad input: every error names the argument and echoes the value.
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(num_units=10, num_heads=4), r"argument `num_units`.*multiple of num_heads=4.*num_units=10"),
+        (dict(num_heads=0), r"argument `num_heads`.*num_heads=0"),
+        (dict(num_heads=2.5), r"argument `num_heads`.*num_heads=2.5"),
+        (dict(dropout_rate=1.0), r"argument `dropout_rate`.*\[0, 1\).*dropout_rate=1.0"),
+        (dict(dropout_rate=-0.1), r"argument `dropout_rate`.*dropout_rate=-0.1"),
+        (dict(flavor="2017"), r"argument `flavor`.*'paper'.*flavor='2017'"),
+        (dict(causality="yes"), r"argument `causality`.*causality='yes'"),
+    ],
+)
+def test_constructor_rejects_bad_arguments(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        tfattn.MultiHeadAttention(**kwargs)
+
+
+def test_num_units_not_dividing_queries_width():
+    layer = tfattn.MultiHeadAttention(num_heads=3)
+    with pytest.raises(ValueError, match=r"`num_units`.*multiple of num_heads=3.*num_units=8"):
+        layer(_inputs())
+
+
+@pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
+def test_reference_flavours_need_num_units_equal_to_queries_width(flavor):
+    layer = tfattn.MultiHeadAttention(num_units=4, num_heads=2, flavor=flavor)
+    with pytest.raises(ValueError, match=r"`num_units`.*queries' width 8.*num_units=4"):
+        layer(_inputs())
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, pattern",
+    [
+        ((np.zeros((B, C), "float32"),), {}, r"`queries`.*rank-3.*shape \(2, 8\)"),
+        ((_inputs(), np.zeros((B, T, C, 1), "float32")), {}, r"`keys`.*rank-3.*\(2, 5, 8, 1\)"),
+        ((_inputs(), _inputs(batch=3)), {}, r"`keys`.*same batch size as `queries` \(2\).*\(3, 5, 8\)"),
+        ((_inputs(), _inputs(), _inputs(length=4)), {}, r"`values`.*same length as `keys` \(5\).*\(2, 4, 8\)"),
+        ((_inputs(),), dict(key_masks=np.zeros((B, T), bool)), r"`key_masks`.*outside flavor 'reference_2019'"),
+        ((_inputs(),), dict(attention_mask=np.ones((B, T, T), "float32")), r"`attention_mask`.*bool.*dtype float32"),
+        ((_inputs(),), dict(attention_mask=np.ones((B, T), bool)), r"`attention_mask`.*\[B, T_q, T_k\].*shape \(2, 5\)"),
+    ],
+)
+def test_call_rejects_bad_inputs(args, kwargs, pattern):
+    layer = tfattn.MultiHeadAttention(num_heads=H)
+    with pytest.raises(ValueError, match=pattern):
+        layer(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(key_masks=np.zeros((B, T + 1), bool)), r"`key_masks`.*\[B, T_k\].*shape \(2, 6\)"),
+        (dict(key_masks=np.zeros((B, T), "int32")), r"`key_masks`.*bool.*dtype int32"),
+    ],
+)
+def test_reference_2019_rejects_bad_key_masks(kwargs, pattern):
+    layer = tfattn.MultiHeadAttention(num_heads=H, flavor="reference_2019")
+    with pytest.raises(ValueError, match=pattern):
+        layer(_inputs(), **kwargs)
+
+
+def test_reference_2017_rejects_values():
+    layer = tfattn.MultiHeadAttention(num_heads=H, flavor="reference_2017")
+    with pytest.raises(ValueError, match=r"`values`.*None in flavor 'reference_2017'"):
+        layer(_inputs(), _inputs(), _inputs())

@@ -1,0 +1,15 @@
+"""tfattn: Keras 3 attention layers and Transformer stacks (TensorFlow backend).
+
+Reproduces Kyubyong/transformer's `multihead_attention` (2017 and 2019 code)
+and offers the paper's attention, with the stacks, decoding, training and
+export built on them.
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from tfattn.functional import multihead_attention  # noqa: E402
+from tfattn.layers import MultiHeadAttention  # noqa: E402
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+"""Public Keras layers, one per module."""
+
+from tfattn.layers.multi_head_attention import MultiHeadAttention

@@ -1,0 +1,10 @@
+"""Functions (not layers) shared by tfattn's layers: masks and the attention core."""
+
+from tfattn.ops.attention import merge_heads
+from tfattn.ops.attention import scaled_dot_product_attention
+from tfattn.ops.attention import split_heads
+from tfattn.ops.masking import REFERENCE_MASK_VALUE
+from tfattn.ops.masking import causal_mask
+from tfattn.ops.masking import combine_masks
+from tfattn.ops.masking import nonzero_rows
+from tfattn.ops.masking import padding_mask
