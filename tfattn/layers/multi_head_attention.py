@@ -45,7 +45,9 @@ class MultiHeadAttention(keras.layers.Layer):
     `Embedding(mask_zero=True)`) on queries and keys/values, as Keras does;
     `reference_2019` reads the keys' implicit mask when `key_masks` is not
     given; `reference_2017` ignores implicit masks, since the reference finds
-    padding from zero rows. `causality=True` lets position t see keys <= t.
+    padding from zero rows. `padding_mask` (True = real key) is accepted by
+    every flavour and combined with the rest. `causality=True` lets position
+    t see keys <= t.
     Masks are broadcast, never expanded to [B, H, T_q, T_k] beforehand.
 
     Precision: masking and softmax run in float32, so the layer stays finite
@@ -73,13 +75,24 @@ class MultiHeadAttention(keras.layers.Layer):
             `reference_2017`, whose V is projected from the keys.
         key_masks: bool [B, T_k], True = padding (`reference_2019` only).
         attention_mask: bool [B, T_q, T_k], True = may attend.
+        padding_mask: bool [B, T_k], True = a real key (Keras polarity), in
+            every flavour; combined with the flavour's own masks. The stacks
+            pass their padding through it.
         training: bool. Dropout is active only when True.
         return_attention_scores: bool. Also return the weights.
+        cache: dict or None. For incremental decoding: from `init_cache`
+            (self-attention, with `cache_index`) or from `precompute_cache`
+            (keys and values projected once, `cache_index=None`).
+        cache_index: scalar int tensor or None. Where the first query sits;
+            its keys and values are written into the cache there, and each
+            query sees the cached keys up to its own position. Needs
+            `causality=True`.
 
     Returns:
-        output [B, T_q, C], or `(output, weights)` with weights
-        [B, H, T_q, T_k] (float32, before dropout) when
-        `return_attention_scores=True`.
+        output [B, T_q, C]; with `return_attention_scores=True` also the
+        weights [B, H, T_q, T_k] (float32, before dropout); with a `cache`
+        also the updated cache, last: `output`, `(output, weights)`,
+        `(output, cache)` or `(output, weights, cache)`.
 
     Example:
 
@@ -184,21 +197,59 @@ class MultiHeadAttention(keras.layers.Layer):
         values=None,
         key_masks=None,
         attention_mask=None,
+        padding_mask=None,
         training=None,
         return_attention_scores=False,
+        cache=None,
+        cache_index=None,
     ):
         if values is not None:
             self._check_values_allowed(values.shape)
         keys = queries if keys is None else keys
         values = keys if values is None else values
-        self._check_inputs(queries, keys, values, key_masks, attention_mask)
-
-        mask, bias, probs_multiplier = self._score_masks(
-            queries, keys, values, key_masks, attention_mask
+        self._check_inputs(
+            queries, keys, values, key_masks, attention_mask, padding_mask,
+            cache, cache_index,
         )
         query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
-        key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
-        value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
+        query_offset = 0
+        if cache is not None and cache_index is None:
+            # Cross-attention over keys projected once (`precompute_cache`).
+            key, value, key_keep = cache["key"], cache["value"], cache["keep"]
+        else:
+            key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
+            value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
+            key_keep = self._key_keep(keys, values, key_masks, padding_mask)
+            if cache is not None:
+                cache = _write_cache(cache, cache_index, key, value, key_keep)
+                key, value, key_keep = cache["key"], cache["value"], cache["keep"]
+                query_offset = cache_index
+
+        causal = None
+        if self.causality:
+            causal = masking.causal_mask(
+                ops.shape(query)[2], ops.shape(key)[2], query_offset
+            )
+        bias = probs_multiplier = None
+        if self.flavor == "reference_2019":
+            # The 2019 reference adds key_masks * P instead of replacing.
+            if key_keep is not None:
+                bias = masking.reference_key_mask_bias(ops.logical_not(key_keep))
+            mask = masking.as_score_mask(attention=attention_mask, causal=causal)
+        else:
+            query_keep = None
+            if self.flavor == "paper":
+                query_keep = masking.implicit_mask(queries)
+            mask = masking.as_score_mask(
+                padding=key_keep,
+                query_padding=query_keep,
+                attention=attention_mask,
+                causal=causal,
+            )
+            if self.flavor == "reference_2017":
+                query_keep = ops.cast(masking.nonzero_rows(queries), "float32")
+                probs_multiplier = query_keep[:, None, :, None]
+
         output, weights = attention_ops.scaled_dot_product_attention(
             query,
             key,
@@ -213,42 +264,60 @@ class MultiHeadAttention(keras.layers.Layer):
             output = self.output_dense(output)
         else:
             output = self.layer_norm(output + ops.cast(queries, output.dtype))
+        results = (output,)
         if return_attention_scores:
-            return output, weights
-        return output
+            results += (weights,)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
 
-    def _score_masks(self, queries, keys, values, key_masks, attention_mask):
-        """Returns (keep-mask, additive bias, post-softmax multiplier)."""
-        causal = None
-        if self.causality:
-            causal = masking.causal_mask(ops.shape(queries)[1], ops.shape(keys)[1])
+    def _key_keep(self, keys, values, key_masks, padding_mask):
+        """The keys' keep-mask [B, T_k] (True = real key), or None."""
         if self.flavor == "reference_2017":
-            key_keep = masking.nonzero_rows(keys)
-            query_keep = ops.cast(masking.nonzero_rows(queries), "float32")
-            mask = masking.as_score_mask(
-                padding=key_keep, attention=attention_mask, causal=causal
-            )
-            return mask, None, query_keep[:, None, :, None]
-        if self.flavor == "reference_2019":
-            if key_masks is None:
-                implicit = masking.implicit_mask(keys)
-                if implicit is not None:
-                    key_masks = ops.logical_not(implicit)
-            bias = None
+            keep = masking.nonzero_rows(keys)
+        elif self.flavor == "reference_2019":
             if key_masks is not None:
-                bias = masking.reference_key_mask_bias(key_masks)
-            mask = masking.as_score_mask(attention=attention_mask, causal=causal)
-            return mask, bias, None
-        key_keep = masking.implicit_mask(keys)
-        if key_keep is None:
-            key_keep = masking.implicit_mask(values)
-        mask = masking.as_score_mask(
-            padding=key_keep,
-            query_padding=masking.implicit_mask(queries),
-            attention=attention_mask,
-            causal=causal,
-        )
-        return mask, None, None
+                keep = ops.logical_not(key_masks)
+            else:
+                keep = masking.implicit_mask(keys)
+        else:
+            keep = masking.implicit_mask(keys)
+            if keep is None:
+                keep = masking.implicit_mask(values)
+        return masking.combine_masks(keep, padding_mask)
+
+    def init_cache(self, batch_size, max_length):
+        """An empty self-attention cache for incremental decoding.
+
+        Returns:
+            dict with "key" and "value" [B, H, max_length, d] zeros in the
+            compute dtype, and "keep" bool [B, max_length] all False. Pass it
+            as `cache` with `cache_index` = the position of the first query;
+            the layer writes the new keys there and returns the updated cache.
+        """
+        shape = (batch_size, self.num_heads, max_length, self.units // self.num_heads)
+        return {
+            "key": ops.zeros(shape, self.compute_dtype),
+            "value": ops.zeros(shape, self.compute_dtype),
+            "keep": ops.zeros((batch_size, max_length), "bool"),
+        }
+
+    def precompute_cache(self, keys, values=None, key_masks=None, padding_mask=None):
+        """Projects fixed keys/values once (cross-attention over a memory).
+
+        Returns:
+            dict with "key" and "value" [B, H, T_k, d] and "keep" bool
+            [B, T_k]; pass it as `cache` with `cache_index=None`.
+        """
+        values = keys if values is None else values
+        if values is not keys:
+            self._check_values_allowed(values.shape)
+        key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
+        value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
+        keep = self._key_keep(keys, values, key_masks, padding_mask)
+        if keep is None:
+            keep = ops.ones(ops.shape(keys)[:2], "bool")
+        return {"key": key, "value": value, "keep": keep}
 
     def _check_values_allowed(self, values_shape):
         if self.flavor == "reference_2017":
@@ -261,7 +330,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 _CONTEXT,
             )
 
-    def _check_inputs(self, queries, keys, values, key_masks, attention_mask):
+    def _check_inputs(
+        self, queries, keys, values, key_masks, attention_mask, padding_mask,
+        cache, cache_index,
+    ):
         q_shape = validation.check_rank("queries", queries, 3, "[B, T_q, C]", _CONTEXT)
         k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", _CONTEXT)
         v_shape = validation.check_rank("values", values, 3, "[B, T_k, C]", _CONTEXT)
@@ -292,10 +364,46 @@ class MultiHeadAttention(keras.layers.Layer):
                     _CONTEXT,
                 )
             _check_mask("key_masks", key_masks, (batch, t_k), "[B, T_k]")
+        if cache is not None:
+            t_k = self._check_cache(cache, cache_index, batch)
         if attention_mask is not None:
             _check_mask(
                 "attention_mask", attention_mask, (batch, t_q, t_k), "[B, T_q, T_k]"
             )
+        if padding_mask is not None:
+            _check_mask("padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
+
+    def _check_cache(self, cache, cache_index, batch):
+        """Checks a cache against this layer; returns its key length."""
+        if not isinstance(cache, dict) or set(cache) != {"key", "value", "keep"}:
+            raise validation.invalid_argument(
+                "cache",
+                "a dict with keys 'key', 'value', 'keep' from `init_cache` or "
+                "`precompute_cache`",
+                cache if not isinstance(cache, dict) else sorted(cache),
+                _CONTEXT,
+            )
+        shape = validation.shape_of(cache["key"])
+        want = (batch, self.num_heads, None, self.units // self.num_heads)
+        if len(shape) != 4 or any(
+            w is not None and s is not None and w != s for w, s in zip(want, shape)
+        ):
+            raise validation.invalid_argument(
+                "cache",
+                f"key/value tensors of shape [B, H, T, d] = {want} for this "
+                "layer (a cache from another model size?)",
+                f"<cache with key shape {shape}>",
+                _CONTEXT,
+            )
+        if cache_index is not None and not self.causality:
+            raise validation.invalid_argument(
+                "cache_index",
+                "None for a layer with causality=False: incremental decoding "
+                "appends keys, which only a causal self-attention can do",
+                cache_index,
+                _CONTEXT,
+            )
+        return shape[2]
 
     def compute_output_shape(self, queries_shape, keys_shape=None, values_shape=None):
         units = self.num_units or queries_shape[-1]
@@ -312,6 +420,24 @@ class MultiHeadAttention(keras.layers.Layer):
             seed=self.seed,
         )
         return config
+
+
+def _write_cache(cache, cache_index, key, value, key_keep):
+    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe)."""
+    index = ops.cast(cache_index, "int32")
+    zero = ops.zeros((), "int32")
+    if key_keep is None:
+        key_keep = ops.ones(ops.shape(key)[0:1] + ops.shape(key)[2:3], "bool")
+    return {
+        "key": ops.slice_update(
+            cache["key"], (zero, zero, index, zero), ops.cast(key, cache["key"].dtype)
+        ),
+        "value": ops.slice_update(
+            cache["value"], (zero, zero, index, zero),
+            ops.cast(value, cache["value"].dtype),
+        ),
+        "keep": ops.slice_update(cache["keep"], (zero, index), key_keep),
+    }
 
 
 def _check_divisible(num_units, num_heads):
