@@ -1,0 +1,442 @@
+"""Batched greedy and beam search, each one `tf.while_loop`.
+
+Both searches are model-agnostic: the model is a `step_fn` that maps the
+previous token of every row, the position and a cache to next-token logits
+and the updated cache. The whole search runs inside a single `tf.while_loop`
+whose loop variables all keep one fixed shape, and the position is a scalar
+int32 tensor, never a Python int, so the searches run eagerly, inside
+`tf.function`, and inside `tf.function(jit_compile=True)` with one XLA
+compilation for the whole decode (see TRAPS.md item 2: calling a compiled
+step per position from Python recompiles at every position).
+
+Shape letters: B = batch, K = beam size, V = vocabulary, L = `max_length`
+(the static number of generated tokens the output buffer holds).
+
+Output conventions (both searches):
+- ids hold generated tokens only (not the start token), EOS included where
+  emitted, and 0 (pad) after EOS or after a row's length limit.
+- A row that reaches its limit (`max_length`, or its entry of `max_lengths`)
+  without emitting EOS simply stops: no EOS is forced, the row is treated as
+  finished and its output holds exactly `limit` tokens.
+- The loop stops early once every row has finished (greedy) or once no alive
+  beam of any row can still beat that row's finished beams (beam search).
+
+`step_fn(ids, position, cache) -> (logits, new_cache)`:
+- ids: int32 [b], the previous token of each row (b = B for greedy, B*K for
+  beam search); `initial_ids` at position 0.
+- position: scalar int32 tensor, the index of the token being predicted.
+- cache: nested structure (dict, list, tuple) of tensors whose leading axis
+  is the row axis b. `new_cache` must have the same structure, dtypes and
+  shapes.
+- logits: [b, V], any float dtype (log-softmax is computed in float32).
+"""
+
+import numbers
+
+import tensorflow as tf
+
+from tfattn.validation import check_non_negative_float
+from tfattn.validation import check_positive_int
+from tfattn.validation import invalid_argument
+
+# Score of an empty or dead slot. Finite (not -inf) so that sums and
+# comparisons never give NaN; any log-prob at or below _DEAD_THRESHOLD is
+# treated as a dead candidate (it descends from a dead slot or from a token
+# the model masked with a huge negative logit).
+_NEG_INF = -1e9
+_DEAD_THRESHOLD = -1e8
+
+
+def greedy_search(
+    step_fn, initial_ids, initial_cache, max_length, eos_id, max_lengths=None
+):
+    """Batched greedy decoding in one `tf.while_loop`.
+
+    At each position every unfinished row emits the argmax of its next-token
+    distribution (ties go to the lowest id). A row finishes when it emits
+    `eos_id` or reaches its length limit; finished rows emit 0 (pad) and add
+    nothing to their score, and the loop stops once all rows have finished.
+
+    Args:
+        step_fn: callable `(ids [B] int32, position scalar int32, cache) ->
+            (logits [B, V], new_cache)`. See the module docstring.
+        initial_ids: int tensor [B]. The start token of each row.
+        initial_cache: nested structure of tensors with leading axis B, or
+            `None` for no cache.
+        max_length: positive Python int L, the number of tokens the output
+            holds (the maximum number of `step_fn` calls).
+        eos_id: non-negative Python int. The end-of-sequence token.
+        max_lengths: optional int tensor [B] of per-row limits; values are
+            clipped to [1, L]. A row that reaches its limit without EOS
+            stops there (no EOS is forced). Defaults to `None` (L for all).
+
+    Returns:
+        Tuple `(ids, scores)`: ids int32 [B, L], the emitted tokens, EOS
+        included, 0 after EOS or after the row's limit; scores float32 [B],
+        the sum of the log-probabilities of the emitted tokens (EOS included).
+    """
+    initial_ids, cache, max_length, eos_id, max_lengths = _validate(
+        "greedy_search",
+        step_fn,
+        initial_ids,
+        initial_cache,
+        max_length,
+        eos_id,
+        max_lengths,
+    )
+    batch_size = tf.shape(initial_ids)[0]
+    limits = _row_limits(max_lengths, batch_size, max_length)
+    positions = tf.range(max_length, dtype=tf.int32)
+
+    def cond(i, ids, cache, seq, scores, finished):
+        return tf.logical_and(
+            i < max_length, tf.logical_not(tf.reduce_all(finished))
+        )
+
+    def body(i, ids, cache, seq, scores, finished):
+        logits, new_cache = _call_step_fn(step_fn, ids, i, cache)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        token_log_probs = tf.gather(log_probs, tokens[:, None], batch_dims=1)
+        tokens = tf.where(finished, 0, tokens)
+        scores = scores + tf.where(finished, 0.0, token_log_probs[:, 0])
+        # One-hot write at column i: no position-dependent slice or shape.
+        seq = tf.where(positions[None, :] == i, tokens[:, None], seq)
+        # Finished rows keep being fed their last token; outputs are ignored.
+        ids = tf.where(finished, ids, tokens)
+        finished = finished | tf.equal(tokens, eos_id) | (i + 1 >= limits)
+        return i + 1, ids, new_cache, seq, scores, finished
+
+    loop_vars = (
+        tf.constant(0, tf.int32),
+        initial_ids,
+        cache,
+        tf.zeros([batch_size, max_length], tf.int32),
+        tf.zeros([batch_size], tf.float32),
+        tf.zeros([batch_size], tf.bool),
+    )
+    _, _, _, seq, scores, _ = tf.while_loop(
+        cond, _keep_shapes(body), loop_vars
+    )
+    return seq, scores
+
+
+def beam_search(
+    step_fn,
+    initial_ids,
+    initial_cache,
+    max_length,
+    eos_id,
+    beam_size=4,
+    alpha=0.6,
+    max_lengths=None,
+):
+    """Batched beam search in one `tf.while_loop`.
+
+    The algorithm of tensor2tensor / Model Garden `sequence_beam_search`:
+    each row keeps K alive beams (no EOS yet) and the K best finished
+    beams. Each step extends the alive beams by every token, keeps the top
+    2K of the K*V candidates by log-probability (so that candidates ending
+    in EOS cannot starve the alive set), moves the EOS candidates to the
+    finished set scored by the GNMT length penalty
+    `log_prob / ((5 + len) / 6) ** alpha` (len counts generated tokens, EOS
+    included) and keeps the K best non-EOS candidates alive. The search
+    stops when no row's best alive beam, divided by the largest penalty it
+    can still reach, can beat that row's worst finished beam, or at L.
+
+    Two deliberate differences from Model Garden, both documented here:
+    - As in Hugging Face's `BeamSearchScorer`, an EOS candidate enters the
+      finished set only if it ranks among the top K of the step's 2K
+      candidates. With `beam_size=1, alpha=0` the search is then exactly
+      greedy search.
+    - A beam that reaches its row's limit without EOS is moved to the
+      finished set with its length-penalised score (len = limit), instead of
+      being returned only when the row has no finished beam at all.
+
+    The cache is tiled to B*K rows (row `b * K + k` is beam k of batch row
+    b) and reordered by the chosen parent beams with `tf.gather` each step.
+
+    Args:
+        step_fn: callable `(ids [B*K] int32, position scalar int32, cache) ->
+            (logits [B*K, V], new_cache)`. See the module docstring.
+        initial_ids: int tensor [B]. The start token of each row.
+        initial_cache: nested structure of tensors with leading axis B, or
+            `None` for no cache. Tiled to B*K rows here.
+        max_length: positive Python int L, the number of tokens the output
+            holds (the maximum number of `step_fn` calls).
+        eos_id: non-negative Python int. The end-of-sequence token.
+        beam_size: positive Python int K. Defaults to `4` (the paper).
+        alpha: Python float >= 0, the length-penalty exponent; 0 ranks by
+            plain log-probability. Defaults to `0.6` (the paper).
+        max_lengths: optional int tensor [B] of per-row limits; values are
+            clipped to [1, L]. Defaults to `None` (L for all rows).
+
+    Returns:
+        Tuple `(ids, scores)`: ids int32 [B, L], the best beam of each row
+        (EOS included where emitted, 0 after it or after the row's limit);
+        scores float32 [B], its length-penalised score
+        `sum(log_probs) / ((5 + len) / 6) ** alpha`.
+    """
+    initial_ids, cache, max_length, eos_id, max_lengths = _validate(
+        "beam_search",
+        step_fn,
+        initial_ids,
+        initial_cache,
+        max_length,
+        eos_id,
+        max_lengths,
+    )
+    beam_size = check_positive_int("beam_size", beam_size, "beam_search")
+    alpha = check_non_negative_float("alpha", alpha, "beam_search")
+    k = beam_size
+    batch_size = tf.shape(initial_ids)[0]
+    limits = _row_limits(max_lengths, batch_size, max_length)
+    positions = tf.range(max_length, dtype=tf.int32)
+
+    def length_penalty(length):
+        return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+    # The best score any alive beam of row b can still reach: log-probs only
+    # decrease and the penalty only grows (alpha >= 0) up to len = limit.
+    max_penalty = length_penalty(limits)  # [B]
+    row_offsets = tf.range(batch_size)[:, None] * k  # [B, 1]
+
+    def cond(i, alive_ids, alive_seq, alive_log_probs, cache, *finished):
+        _, finished_scores, finished_flags = finished
+        best_alive = alive_log_probs[:, 0] / max_penalty  # [B]
+        worst_finished = tf.reduce_min(
+            tf.where(finished_flags, finished_scores, -_NEG_INF), axis=1
+        )
+        row_done = tf.reduce_any(finished_flags, axis=1) & (
+            worst_finished > best_alive
+        )
+        return tf.logical_and(
+            i < max_length, tf.logical_not(tf.reduce_all(row_done))
+        )
+
+    def body(i, alive_ids, alive_seq, alive_log_probs, cache, *finished):
+        finished_seq, finished_scores, finished_flags = finished
+        logits, new_cache = _call_step_fn(
+            step_fn, tf.reshape(alive_ids, [-1]), i, cache
+        )
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        vocab_size = _dim(log_probs, 1)
+        # `log_probs` = [B, K, V]; candidates = [B, K * V].
+        log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])
+        candidates = tf.reshape(
+            alive_log_probs[:, :, None] + log_probs, [batch_size, -1]
+        )
+        num_candidates = 2 * k
+        if isinstance(vocab_size, int):
+            num_candidates = min(num_candidates, k * vocab_size)
+        # `top_*` = [B, 2K], sorted by log-prob.
+        top_log_probs, top_indices = tf.math.top_k(candidates, num_candidates)
+        top_beams = top_indices // vocab_size
+        top_ids = top_indices % vocab_size
+        top_seq = tf.gather(alive_seq, top_beams, batch_dims=1)
+        top_seq = tf.where(
+            positions[None, None, :] == i, top_ids[:, :, None], top_seq
+        )
+
+        is_eos = tf.equal(top_ids, eos_id)
+        at_limit = (i + 1 >= limits)[:, None]  # [B, 1]
+        live = top_log_probs > _DEAD_THRESHOLD
+        in_top_k = tf.range(num_candidates)[None, :] < k
+
+        # Alive set: the K best candidates that neither end in EOS nor hit
+        # the limit (at least K of the 2K do not end in EOS).
+        alive_scores = tf.where(is_eos | at_limit, _NEG_INF, top_log_probs)
+        alive_scores, alive_index = tf.math.top_k(alive_scores, k)
+        alive_ids = tf.gather(top_ids, alive_index, batch_dims=1)
+        alive_seq = tf.gather(top_seq, alive_index, batch_dims=1)
+        parents = tf.gather(top_beams, alive_index, batch_dims=1)
+        flat_parents = tf.reshape(parents + row_offsets, [-1])
+        new_cache = tf.nest.map_structure(
+            lambda t: tf.gather(t, flat_parents), new_cache
+        )
+
+        # Finished set: merge the new EOS / at-limit candidates into the old
+        # K best (old ones first, so ties keep the earlier, shorter beam).
+        new_flags = live & in_top_k & (is_eos | at_limit)
+        new_scores = tf.where(
+            new_flags, top_log_probs / length_penalty(i + 1), _NEG_INF
+        )
+        merged_scores = tf.concat([finished_scores, new_scores], axis=1)
+        merged_flags = tf.concat([finished_flags, new_flags], axis=1)
+        merged_seq = tf.concat([finished_seq, top_seq], axis=1)
+        finished_scores, keep = tf.math.top_k(merged_scores, k)
+        finished_flags = tf.gather(merged_flags, keep, batch_dims=1)
+        finished_seq = tf.gather(merged_seq, keep, batch_dims=1)
+        return (
+            i + 1,
+            alive_ids,
+            alive_seq,
+            alive_scores,
+            new_cache,
+            finished_seq,
+            finished_scores,
+            finished_flags,
+        )
+
+    # Only beam 0 is live at the start, so the K copies of the start token
+    # do not yield K identical beams.
+    initial_log_probs = tf.tile(
+        tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32),
+        [batch_size, 1],
+    )
+    loop_vars = (
+        tf.constant(0, tf.int32),
+        tf.repeat(initial_ids[:, None], k, axis=1),
+        tf.zeros([batch_size, k, max_length], tf.int32),
+        initial_log_probs,
+        tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache),
+        tf.zeros([batch_size, k, max_length], tf.int32),
+        tf.fill([batch_size, k], _NEG_INF),
+        tf.zeros([batch_size, k], tf.bool),
+    )
+    outputs = tf.while_loop(cond, _keep_shapes(body), loop_vars)
+    _, _, alive_seq, alive_log_probs, _, finished_seq, finished_scores = (
+        outputs[:7]
+    )
+    has_finished = tf.reduce_any(outputs[7], axis=1)
+    # Every row normally ends with a finished beam (EOS or limit); the
+    # fallback covers a model whose every candidate was masked.
+    ids = tf.where(has_finished[:, None], finished_seq[:, 0], alive_seq[:, 0])
+    scores = tf.where(
+        has_finished,
+        finished_scores[:, 0],
+        alive_log_probs[:, 0] / max_penalty,
+    )
+    return ids, scores
+
+
+def _validate(
+    context, step_fn, initial_ids, initial_cache, max_length, eos_id, lengths
+):
+    """Checks the common arguments; returns them as tensors / ints."""
+    if not callable(step_fn):
+        raise invalid_argument("step_fn", "a callable", step_fn, context)
+    max_length = check_positive_int("max_length", max_length, context)
+    if (
+        isinstance(eos_id, bool)
+        or not isinstance(eos_id, numbers.Integral)
+        or eos_id < 0
+    ):
+        raise invalid_argument(
+            "eos_id", "a non-negative integer", eos_id, context
+        )
+    initial_ids = _int_vector("initial_ids", initial_ids, context)
+    if lengths is not None:
+        lengths = _int_vector("max_lengths", lengths, context)
+        if not initial_ids.shape.is_compatible_with(lengths.shape):
+            raise invalid_argument(
+                "max_lengths",
+                f"one limit per row, shape {tuple(initial_ids.shape)}",
+                f"<tensor of shape {tuple(lengths.shape)}>",
+                context,
+            )
+    if initial_cache is None:
+        initial_cache = {}
+    cache = tf.nest.map_structure(tf.convert_to_tensor, initial_cache)
+    batch = initial_ids.shape[0]
+    for t in tf.nest.flatten(cache):
+        if t.shape.rank is None or t.shape.rank < 1 or (
+            batch is not None
+            and t.shape[0] is not None
+            and t.shape[0] != batch
+        ):
+            raise invalid_argument(
+                "initial_cache",
+                f"tensors whose leading axis is the batch axis ({batch})",
+                f"<tensor of shape {t.shape}>",
+                context,
+            )
+    return initial_ids, cache, int(max_length), int(eos_id), lengths
+
+
+def _int_vector(name, x, context):
+    """Converts `x` to an int32 tensor [B], raising if it is not one."""
+    try:
+        t = tf.convert_to_tensor(x)
+    except (TypeError, ValueError):
+        raise invalid_argument(name, "a rank-1 integer tensor", x, context)
+    if t.shape.rank != 1 or not t.dtype.is_integer:
+        raise invalid_argument(
+            name,
+            "a rank-1 integer tensor of shape (B,)",
+            f"<tensor of shape {t.shape} and dtype {t.dtype.name}>",
+            context,
+        )
+    return tf.cast(t, tf.int32)
+
+
+def _row_limits(max_lengths, batch_size, max_length):
+    """Per-row length limits, int32 [B], clipped to [1, max_length]."""
+    if max_lengths is None:
+        return tf.fill([batch_size], max_length)
+    return tf.clip_by_value(max_lengths, 1, max_length)
+
+
+def _dim(x, axis):
+    """Static size of `x` along `axis` if known, else a scalar tensor."""
+    size = x.shape[axis]
+    return size if size is not None else tf.shape(x)[axis]
+
+
+def _keep_shapes(body):
+    """Wraps a loop body so every output keeps its input's static shape.
+
+    Ops such as `tf.reshape(x, [batch_size, -1])` with a dynamic batch size
+    lose static dims that `tf.while_loop` requires to stay fixed.
+    """
+
+    def wrapped(*loop_vars):
+        outputs = body(*loop_vars)
+        return tf.nest.map_structure(
+            lambda new, old: tf.ensure_shape(new, old.shape),
+            outputs,
+            loop_vars,
+        )
+
+    return wrapped
+
+
+def _call_step_fn(step_fn, ids, position, cache):
+    """Calls `step_fn` and checks that the cache keeps its structure/shape."""
+    outputs = step_fn(ids, position, cache)
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
+        raise ValueError(
+            "`step_fn` must return a tuple `(logits, new_cache)`. "
+            f"Received: {outputs!r}"
+        )
+    logits, new_cache = outputs
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank != 2 or not logits.dtype.is_floating:
+        raise ValueError(
+            "`step_fn` must return float logits of shape [rows, V]. "
+            f"Received: logits with shape {logits.shape} and dtype "
+            f"{logits.dtype.name}"
+        )
+    try:
+        tf.nest.assert_same_structure(cache, new_cache)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            "`step_fn` must return a cache with the structure of the cache "
+            f"it received. {e}"
+        ) from None
+
+    def keep_shape(old, new):
+        new = tf.convert_to_tensor(new)
+        if new.dtype != old.dtype or not new.shape.is_compatible_with(
+            old.shape
+        ):
+            raise ValueError(
+                "`step_fn` must return cache tensors with the dtype and "
+                f"shape they had. Received: {new.dtype.name}{new.shape} for "
+                f"a cache tensor of {old.dtype.name}{old.shape}"
+            )
+        # Loop variables must keep their static shape across iterations.
+        return tf.ensure_shape(new, old.shape)
+
+    new_cache = tf.nest.map_structure(keep_shape, cache, new_cache)
+    return logits, new_cache
