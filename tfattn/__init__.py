@@ -9,7 +9,18 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from tfattn import decoding  # noqa: E402
+from tfattn import layers  # noqa: E402
+from tfattn import ops  # noqa: E402
 from tfattn.functional import multihead_attention  # noqa: E402
+from tfattn.layers import Decoder  # noqa: E402
+from tfattn.layers import DecoderBlock  # noqa: E402
+from tfattn.layers import Encoder  # noqa: E402
+from tfattn.layers import EncoderBlock  # noqa: E402
+from tfattn.layers import FeedForward  # noqa: E402
 from tfattn.layers import MultiHeadAttention  # noqa: E402
+from tfattn.layers import PositionalEncoding  # noqa: E402
+from tfattn.layers import TokenEmbedding  # noqa: E402
+from tfattn.models import Transformer  # noqa: E402
 
 __version__ = "0.1.0"

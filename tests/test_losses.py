@@ -1,0 +1,272 @@
+"""Tests of tfattn.losses (REFERENCE_SPEC §1.6-1.7, §2.7, §2.9, §5).
+
+The oracle is tests/reference_numpy.py (float64, with an explicit smoothed
+one-hot); the code under test uses a closed form without one-hots.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import reference_numpy as ref
+from tfattn.losses import LabelSmoothedCrossEntropy
+from tfattn.losses import smoothed_cross_entropy
+from tfattn.losses import smoothed_cross_entropy_sum
+
+B, T, V = 3, 6, 13
+
+
+def _data(seed=0, scale=3.0, vocab=V):
+    rng = np.random.default_rng(seed)
+    logits = (scale * rng.normal(size=(B, T, vocab))).astype("float32")
+    labels = rng.integers(1, vocab, size=(B, T)).astype("int32")
+    labels[0, -2:] = 0  # padding
+    labels[2, -4:] = 0
+    return labels, logits
+
+
+# --------------------------------------------------------------------------
+# Agreement with the NumPy oracle.
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.5])
+@pytest.mark.parametrize("denominator_epsilon", [0.0, 1e-7])
+def test_matches_reference(epsilon, denominator_epsilon):
+    labels, logits = _data()
+    got = smoothed_cross_entropy(labels, logits, epsilon=epsilon,
+                                 denominator_epsilon=denominator_epsilon)
+    want = ref.smoothed_cross_entropy(logits, labels, epsilon=epsilon,
+                                      denom_epsilon=denominator_epsilon)
+    assert got.dtype == "float32" and got.shape == ()
+    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+
+
+def test_matches_reference_with_other_pad_id_and_large_logits():
+    labels, logits = _data(1, scale=40.0)
+    labels[1, 0] = 4
+    got = smoothed_cross_entropy(labels, logits, pad_id=4)
+    want = ref.smoothed_cross_entropy(logits, labels, pad_id=4)
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
+def test_per_token_loss_equals_explicit_smoothed_targets():
+    """CE = -Σ label_smoothing(onehot)·log_softmax, token by token."""
+    labels, logits = _data(2)
+    per_token = np.asarray(LabelSmoothedCrossEntropy(pad_id=None).call(labels, logits))
+    one_hot = np.eye(V, dtype="float32")[labels]
+    y_s = ref.label_smoothing(one_hot, 0.1)
+    log_sm = logits - np.log(np.sum(np.exp(logits), -1, keepdims=True))
+    np.testing.assert_allclose(per_token, -np.sum(y_s * log_sm, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_implied_smoothed_targets_match_spec_golden_values():
+    """∂CE/∂z = softmax(z) - y_s, so y_s is read back from the gradient."""
+    vocab = 32000
+    logits = tf.zeros((1, 1, vocab))
+    labels = np.array([[7]])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = smoothed_cross_entropy(labels, logits, epsilon=0.1)
+    y_s = 1.0 / vocab - np.asarray(tape.gradient(loss, logits), "float64")[0, 0]
+    np.testing.assert_allclose(y_s[7], 0.900003125, rtol=1e-6)
+    np.testing.assert_allclose(np.delete(y_s, 7), 3.125e-6, rtol=1e-3)
+    one_hot = np.zeros(vocab, "float32")
+    one_hot[7] = 1.0
+    golden = ref.label_smoothing(one_hot, 0.1)
+    np.testing.assert_allclose(y_s, golden, atol=1e-7)
+
+
+def test_pads_are_excluded():
+    labels, logits = _data(3)
+    base = float(smoothed_cross_entropy(labels, logits))
+    changed = logits.copy()
+    changed[labels == 0] = 100.0 * np.random.default_rng(0).normal(
+        size=changed[labels == 0].shape
+    )
+    assert float(smoothed_cross_entropy(labels, changed)) == pytest.approx(base, rel=1e-6)
+    # Only the real targets are counted in the denominator.
+    total, count = smoothed_cross_entropy_sum(labels, logits)
+    assert float(count) == np.sum(labels != 0)
+    assert float(total) / float(count) == pytest.approx(base, rel=1e-6)
+
+
+def test_pad_id_none_counts_everything_and_out_of_vocab_pads_are_fine():
+    labels, logits = _data(4)
+    all_tokens = smoothed_cross_entropy(labels, logits, pad_id=None)
+    want = ref.smoothed_cross_entropy(logits, labels, pad_id=-1)  # no label is -1
+    np.testing.assert_allclose(float(all_tokens), want, rtol=1e-6)
+    ignored = np.where(labels == 0, -100, labels)
+    np.testing.assert_allclose(
+        float(smoothed_cross_entropy(ignored, logits, pad_id=-100)),
+        ref.smoothed_cross_entropy(logits, labels),
+        rtol=1e-6,
+    )
+
+
+def test_all_padding_batch_gives_zero_not_nan():
+    _, logits = _data()
+    labels = np.zeros((B, T), "int32")
+    assert float(smoothed_cross_entropy(labels, logits)) == 0.0
+    assert float(smoothed_cross_entropy(labels, logits, denominator_epsilon=1e-7)) == 0.0
+
+
+def test_sum_variant_with_weights_gives_the_global_token_mean():
+    labels, logits = _data(5)
+    # Two "replicas" holding different numbers of pads.
+    parts = [smoothed_cross_entropy_sum(labels[:1], logits[:1]),
+             smoothed_cross_entropy_sum(labels[1:], logits[1:])]
+    total = sum(float(t) for t, _ in parts)
+    count = sum(float(c) for _, c in parts)
+    np.testing.assert_allclose(total / count, ref.smoothed_cross_entropy(logits, labels), rtol=1e-6)
+    weights = np.array([1.0, 0.0, 1.0], "float32")  # per sequence, [B]
+    t_w, c_w = smoothed_cross_entropy_sum(labels, logits, weights=weights)
+    keep = [0, 2]
+    np.testing.assert_allclose(
+        float(t_w) / float(c_w),
+        ref.smoothed_cross_entropy(logits[keep], labels[keep]),
+        rtol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_logits_are_finite_and_float32(dtype):
+    labels, logits = _data(6, scale=60.0, vocab=257)
+    half = tf.cast(logits, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(half)
+        loss = smoothed_cross_entropy(labels, half, denominator_epsilon=1e-7)
+    grad = tape.gradient(loss, half)
+    assert loss.dtype == "float32"
+    assert np.isfinite(float(loss))
+    assert np.all(np.isfinite(np.asarray(tf.cast(grad, "float32"))))
+    rounded = np.asarray(tf.cast(half, "float32"))
+    want = ref.smoothed_cross_entropy(rounded, labels, denom_epsilon=1e-7)
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+
+
+def test_jit_compile_and_dynamic_shapes():
+    labels, logits = _data(7)
+    fn = tf.function(
+        lambda y, z: smoothed_cross_entropy(y, z, denominator_epsilon=1e-7),
+        input_signature=[tf.TensorSpec((None, None), tf.int32),
+                         tf.TensorSpec((None, None, None), tf.float32)],
+        jit_compile=True,
+    )
+    np.testing.assert_allclose(
+        float(fn(labels, logits)),
+        ref.smoothed_cross_entropy(logits, labels, denom_epsilon=1e-7),
+        rtol=1e-6,
+    )
+
+
+# --------------------------------------------------------------------------
+# The Keras loss class.
+
+
+def test_loss_class_equals_function_and_serializes():
+    labels, logits = _data(8)
+    loss = LabelSmoothedCrossEntropy(epsilon=0.2, pad_id=0, denominator_epsilon=1e-7)
+    want = ref.smoothed_cross_entropy(logits, labels, 0.2, denom_epsilon=1e-7)
+    np.testing.assert_allclose(float(loss(labels, logits)), want, rtol=1e-6)
+    config = loss.get_config()
+    assert config == dict(name="label_smoothed_cross_entropy", epsilon=0.2,
+                          pad_id=0, denominator_epsilon=1e-7, dtype="float32")
+    clone = LabelSmoothedCrossEntropy.from_config(config)
+    assert clone.get_config() == config
+    revived = keras.saving.deserialize_keras_object(
+        json.loads(json.dumps(keras.saving.serialize_keras_object(loss)))
+    )
+    assert type(revived) is LabelSmoothedCrossEntropy
+    assert revived.get_config() == config
+
+
+def test_loss_class_sample_weight_and_keras_mask():
+    labels, logits = _data(9)
+    loss = LabelSmoothedCrossEntropy()
+    weights = np.array([[1.0], [0.0], [1.0]], "float32")  # [B, 1]
+    keep = [0, 2]
+    want = ref.smoothed_cross_entropy(logits[keep], labels[keep])
+    np.testing.assert_allclose(float(loss(labels, logits, sample_weight=weights)), want, rtol=1e-6)
+    np.testing.assert_allclose(float(loss(labels, logits, sample_weight=weights[:, 0])), want, rtol=1e-6)
+    masked = tf.constant(logits)
+    masked._keras_mask = tf.constant(np.arange(B)[:, None] != 1) & tf.ones((B, T), bool)
+    np.testing.assert_allclose(float(loss(labels, masked)), want, rtol=1e-6)
+
+
+def test_loss_class_per_token_call():
+    labels, logits = _data(10)
+    per_token = np.asarray(LabelSmoothedCrossEntropy().call(labels, logits))
+    assert per_token.shape == (B, T)
+    assert np.all(per_token[labels == 0] == 0)
+    np.testing.assert_allclose(
+        per_token.sum() / np.sum(labels != 0), ref.smoothed_cross_entropy(logits, labels), rtol=1e-6
+    )
+
+
+def test_loss_class_trains_a_model_with_integer_targets():
+    labels, logits = _data(11)
+    inp = keras.Input((T, V))
+    model = keras.Model(inp, keras.layers.Dense(V)(inp))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LabelSmoothedCrossEntropy())
+    history = model.fit(logits, labels.astype("int64"), batch_size=B, epochs=2, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[1] < losses[0]
+    out = model.predict(logits, verbose=0)
+    np.testing.assert_allclose(
+        model.evaluate(logits, labels, batch_size=B, verbose=0),
+        ref.smoothed_cross_entropy(out, labels),
+        rtol=1e-5,
+    )
+
+
+# --------------------------------------------------------------------------
+# Bad input.
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(epsilon=1.0), r"argument `epsilon`.*\[0, 1\).*epsilon=1.0"),
+        (dict(epsilon=-0.1), r"argument `epsilon`.*epsilon=-0.1"),
+        (dict(epsilon="0.1"), r"argument `epsilon`.*epsilon='0.1'"),
+        (dict(pad_id=0.0), r"argument `pad_id`.*integer or None.*pad_id=0.0"),
+        (dict(denominator_epsilon=-1e-7), r"argument `denominator_epsilon`.*>= 0.*denominator_epsilon=-1e-07"),
+    ],
+)
+def test_rejects_bad_arguments(kwargs, pattern):
+    labels, logits = _data()
+    with pytest.raises(ValueError, match=pattern):
+        smoothed_cross_entropy(labels, logits, **kwargs)
+    with pytest.raises(ValueError, match=pattern):
+        LabelSmoothedCrossEntropy(**kwargs)
+
+
+def test_sum_variant_rejects_bad_epsilon():
+    labels, logits = _data()
+    with pytest.raises(ValueError, match=r"argument `epsilon`.*epsilon=2"):
+        smoothed_cross_entropy_sum(labels, logits, epsilon=2)
+
+
+@pytest.mark.parametrize(
+    "labels, logits, pattern",
+    [
+        (np.ones((B, T), "float32"), np.ones((B, T, V), "float32"),
+         r"argument `labels`.*integer tensor of shape \(3, 6\).*dtype float32 and shape \(3, 6\)"),
+        (np.ones((B, T + 1), "int32"), np.ones((B, T, V), "float32"),
+         r"argument `labels`.*\(3, 6\).*logits' shape \(3, 6, 13\).*shape \(3, 7\)"),
+        (np.ones((B, T, 1), "int32"), np.ones((B, T, V), "float32"),
+         r"argument `labels`.*shape \(3, 6, 1\)"),
+        (np.ones((B, T), "int32"), np.ones((B, T, V), "int32"),
+         r"argument `logits`.*float tensor of shape \[..., V\].*dtype int32"),
+        (np.ones((), "int32"), np.float32(1.0),
+         r"argument `logits`.*shape \(\)"),
+    ],
+)
+def test_rejects_bad_tensors(labels, logits, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        smoothed_cross_entropy(labels, logits)
+    with pytest.raises(ValueError, match=pattern):
+        LabelSmoothedCrossEntropy()(labels, logits)

@@ -1,0 +1,335 @@
+"""Tests of PositionalEncoding (REFERENCE_SPEC §1.3, §1.7, §2.3, §5).
+
+Tables are compared against tests/reference_numpy.py and the spec's golden
+numbers, never against the layer's own table functions.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import reference_numpy as ref
+from tests.harness import run_layer_test
+from tfattn.layers.positional_encoding import PositionalEncoding
+from tfattn.layers.token_embedding import TokenEmbedding
+
+B, T, C, L = 2, 5, 8, 10
+KINDS = ["sinusoid", "sinusoid_2017", "learned"]
+MODES = [None, "reference_2019", "reference_2017"]
+
+
+def _inputs(seed=0, length=T):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(B, length, C)).astype("float32")
+    x[0, -2:] = 0.0  # pad rows, as zero_pad embeddings give
+    return x
+
+
+def _table(layer):
+    """The sinusoid table of `layer`'s kind, from the reference oracle."""
+    if layer.kind == "learned":
+        return layer.embeddings.numpy()
+    if layer.kind == "sinusoid":
+        return ref.sinusoid_2019(layer.max_length, C)
+    return ref.sinusoid_2017(layer.max_length, C)
+
+
+# --------------------------------------------------------------------------
+# Layer contract.
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("padding_mode", MODES)
+def test_layer_contract(kind, padding_mode):
+    run_layer_test(
+        PositionalEncoding,
+        dict(kind=kind, max_length=L, padding_mode=padding_mode),
+        _inputs(),
+        expected_output_shape=(B, T, C),
+        expected_num_trainable_weights=1 if kind == "learned" else 0,
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_layer_contract_with_start_index(kind):
+    run_layer_test(
+        PositionalEncoding,
+        dict(kind=kind, max_length=L),
+        _inputs(),
+        expected_output_shape=(B, T, C),
+        call_kwargs=dict(start_index=L - T),
+    )
+
+
+@pytest.mark.parametrize("kind", ["sinusoid", "sinusoid_2017"])
+def test_sinusoid_table_is_a_constant_not_a_weight(kind):
+    layer = PositionalEncoding(kind=kind, max_length=512)
+    layer(_inputs())
+    assert layer.weights == []
+    assert layer.non_trainable_weights == []
+
+
+# --------------------------------------------------------------------------
+# Golden values (spec §5) and the reference tables.
+
+
+def test_sinusoid_matches_reference_2019_and_golden_row():
+    layer = PositionalEncoding(max_length=L)
+    pe = np.asarray(layer(np.zeros((1, L, C), "float32")))[0]
+    np.testing.assert_allclose(pe, ref.sinusoid_2019(L, C), rtol=0, atol=1e-7)
+    golden = [0.841471, 0.540302, 0.099833, 0.995004, 0.01, 0.99995, 0.001, 1.0]
+    np.testing.assert_allclose(pe[1], golden, atol=1e-6)
+    np.testing.assert_array_equal(pe[0], [0, 1] * (C // 2))
+
+
+def test_sinusoid_2017_matches_reference_and_golden_row():
+    layer = PositionalEncoding(kind="sinusoid_2017", max_length=L)
+    pe = np.asarray(layer(np.zeros((1, L, C), "float32")))[0]
+    np.testing.assert_allclose(pe, ref.sinusoid_2017(L, C), rtol=0, atol=1e-7)
+    golden = [0.841471, 0.995004, 0.01, 1.0, 0.0001, 1.0, 1e-6, 1.0]
+    np.testing.assert_allclose(pe[1], golden, atol=1e-6)
+    # The 2017 formula really differs from the paper's.
+    assert np.abs(pe - ref.sinusoid_2019(L, C)).max() > 0.1
+
+
+@pytest.mark.parametrize("kind", ["sinusoid", "sinusoid_2017"])
+def test_adds_the_table_to_the_inputs(kind):
+    x = _inputs()
+    want_table = (ref.sinusoid_2019(L, C) if kind == "sinusoid"
+                  else ref.sinusoid_2017(L, C))
+    out = PositionalEncoding(kind=kind, max_length=L)(x)
+    np.testing.assert_allclose(out, x + want_table[:T], rtol=0, atol=1e-6)
+
+
+def test_learned_adds_the_trainable_glorot_table():
+    layer = PositionalEncoding(kind="learned", max_length=300)
+    x = _inputs()
+    out = np.asarray(layer(x))
+    table = layer.embeddings.numpy()
+    assert table.shape == (300, C)
+    assert layer.embeddings.trainable
+    np.testing.assert_allclose(out, x + table[:T], rtol=0, atol=1e-6)
+    limit = np.sqrt(6.0 / (300 + C))
+    assert np.abs(table).max() <= limit
+    np.testing.assert_allclose(table.std(), limit / np.sqrt(3), rtol=0.1)
+
+
+def test_learned_table_gets_gradient_only_at_used_positions():
+    layer = PositionalEncoding(kind="learned", max_length=L)
+    x = _inputs()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(x, start_index=2))
+    grad = np.asarray(tf.convert_to_tensor(tape.gradient(loss, layer.embeddings.value)))
+    np.testing.assert_array_equal(grad[2:2 + T], np.full((T, C), B, "float32"))
+    assert np.all(grad[:2] == 0) and np.all(grad[2 + T:] == 0)
+
+
+# --------------------------------------------------------------------------
+# Padding modes.
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padding_mode_reference_2019_zeroes_pe_where_input_is_zero(kind):
+    x = _inputs()
+    x[1, 1, 3] = 0.0  # one real token with a single exact 0.0 element
+    layer = PositionalEncoding(kind=kind, max_length=L, padding_mode="reference_2019")
+    out = np.asarray(layer(x))
+    table = _table(layer)
+    np.testing.assert_allclose(out, x + np.where(x == 0, 0, table[:T]), atol=1e-6)
+    assert np.all(out[0, -2:] == 0)  # pad rows stay zero
+    assert out[1, 1, 3] == 0  # the reference's element-wise quirk
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padding_mode_reference_2017_multiplies_by_row_sign(kind):
+    x = _inputs()
+    x[1, 2] = np.array([1, -1] * (C // 2), "float32")  # sums to 0, not padding
+    layer = PositionalEncoding(kind=kind, max_length=L, padding_mode="reference_2017")
+    out = np.asarray(layer(x))
+    table = _table(layer)
+    m = np.sign(np.sum(np.abs(x), axis=-1, keepdims=True))  # G1b: abs first
+    np.testing.assert_allclose(out, (x + table[:T]) * m, atol=1e-6)
+    assert np.all(out[0, -2:] == 0)
+    assert np.abs(out[1, 2]).max() > 0
+
+
+def test_no_padding_mode_encodes_pad_rows_too():
+    out = np.asarray(PositionalEncoding(max_length=L)(_inputs()))
+    np.testing.assert_allclose(out[0, -2:], ref.sinusoid_2019(L, C)[T - 2:T], atol=1e-7)
+
+
+# --------------------------------------------------------------------------
+# start_index: cached decoding one position at a time.
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("padding_mode", MODES)
+def test_start_index_equals_slicing_the_full_result(kind, padding_mode):
+    layer = PositionalEncoding(kind=kind, max_length=L, padding_mode=padding_mode)
+    x = _inputs(length=L)
+    full = np.asarray(layer(x))
+    step = tf.function(lambda a, s: layer(a, start_index=s), jit_compile=True)
+    for t in range(L):
+        piece = x[:, t:t + 1]
+        np.testing.assert_allclose(layer(piece, start_index=t), full[:, t:t + 1], atol=1e-6)
+        np.testing.assert_allclose(
+            layer(piece, start_index=tf.constant(t)), full[:, t:t + 1], atol=1e-6
+        )
+        np.testing.assert_allclose(
+            step(piece, tf.constant(t, tf.int64)), full[:, t:t + 1], atol=1e-6
+        )
+    np.testing.assert_allclose(layer(x[:, 3:7], start_index=3), full[:, 3:7], atol=1e-6)
+
+
+def test_tensor_start_index_keeps_static_shapes():
+    layer = PositionalEncoding(max_length=L)
+
+    @tf.function
+    def step(x, start):
+        out = layer(x, start_index=start)
+        assert tuple(out.shape) == (B, 1, C)
+        return out
+
+    step(_inputs(length=1), tf.constant(4))
+
+
+def test_dynamic_length_in_graph_mode():
+    layer = PositionalEncoding(max_length=L)
+    fn = tf.function(
+        lambda x: layer(x), input_signature=[tf.TensorSpec((None, None, C))]
+    )
+    x = _inputs(length=7)
+    np.testing.assert_allclose(fn(x), x + ref.sinusoid_2019(L, C)[:7], atol=1e-6)
+
+
+def test_keras_mask_passes_through():
+    ids = np.array([[3, 4, 0], [5, 0, 0]])
+    embed = TokenEmbedding(7, C, mask_zero=True)
+    out = PositionalEncoding(max_length=L, padding_mode="reference_2019")(embed(ids))
+    np.testing.assert_array_equal(out._keras_mask, ids != 0)
+    np.testing.assert_array_equal(np.asarray(out)[ids == 0], 0.0)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision(policy):
+    layer = PositionalEncoding(max_length=L, dtype=policy)
+    x = _inputs()
+    out = layer(x)
+    assert out.dtype == policy.split("_")[1]
+    np.testing.assert_allclose(
+        np.asarray(out, "float32"), x + ref.sinusoid_2019(L, C)[:T], atol=3e-2
+    )
+
+
+# --------------------------------------------------------------------------
+# Bad input.
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(kind="sinusoidal"), r"PositionalEncoding.*argument `kind`.*'learned'.*kind='sinusoidal'"),
+        (dict(max_length=0), r"argument `max_length`.*positive integer.*max_length=0"),
+        (dict(max_length=10.0), r"argument `max_length`.*max_length=10.0"),
+        (dict(padding_mode="zeros"), r"argument `padding_mode`.*'reference_2019'.*padding_mode='zeros'"),
+    ],
+)
+def test_constructor_rejects_bad_arguments(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        PositionalEncoding(**kwargs)
+
+
+def test_too_long_static_sequence():
+    layer = PositionalEncoding(max_length=L)
+    with pytest.raises(
+        ValueError,
+        match=r"argument `x`.*the positional table holds max_length=10 positions; "
+        r"received a sequence of length 12\..*larger `max_length`.*"
+        r"PositionalEncoding\(max_length=>=12\).*shape \(2, 12, 8\)",
+    ):
+        layer(_inputs(length=12))
+
+
+def test_too_long_with_static_start_index():
+    layer = PositionalEncoding(kind="learned", max_length=L)
+    with pytest.raises(
+        ValueError,
+        match=r"max_length=10 positions; received a sequence of length 5 "
+        r"starting at start_index=6.*PositionalEncoding\(max_length=>=11\)",
+    ):
+        layer(_inputs(), start_index=6)
+    layer(_inputs(), start_index=5)  # exactly fits
+
+
+def test_too_long_static_length_with_tensor_start_index():
+    layer = PositionalEncoding(max_length=L)
+    with pytest.raises(ValueError, match=r"max_length=10 positions; received a sequence of length 12 starting at start_index"):
+        layer(_inputs(length=12), start_index=tf.constant(0))
+
+
+def test_too_long_with_tensor_start_index_fails_the_assertion():
+    layer = PositionalEncoding(max_length=L)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"(?s)max_length=10 positions.*larger `max_length`.*"
+        r"start_index:.*6.*positions needed \(start_index \+ length\):.*11",
+    ):
+        layer(_inputs(), start_index=tf.constant(6))
+
+
+def test_too_long_dynamic_length_fails_the_assertion():
+    layer = PositionalEncoding(max_length=L)
+    fn = tf.function(
+        lambda x: layer(x), input_signature=[tf.TensorSpec((None, None, C))]
+    )
+    fn(_inputs(length=L))  # fits
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"(?s)the positional table holds max_length=10 positions.*"
+        r"PositionalEncoding\(max_length=>=start_index \+ length\).*"
+        r"sequence length:.*12",
+    ):
+        fn(_inputs(length=12))
+
+
+@pytest.mark.parametrize(
+    "start_index, pattern",
+    [
+        (-1, r"argument `start_index`.*integer >= 0.*start_index=-1"),
+        (1.0, r"argument `start_index`.*scalar integer tensor.*start_index=1.0"),
+        (True, r"argument `start_index`.*start_index=True"),
+        (None, r"argument `start_index`.*start_index=None"),
+        (tf.constant([1, 2]), r"argument `start_index`.*dtype int32 and shape \(2,\)"),
+        (tf.constant(1.0), r"argument `start_index`.*dtype float32 and shape \(\)"),
+    ],
+)
+def test_rejects_bad_start_index(start_index, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        PositionalEncoding(max_length=L)(_inputs(), start_index=start_index)
+
+
+def test_negative_tensor_start_index_fails_the_assertion():
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`start_index`.*>= 0"):
+        PositionalEncoding(max_length=L)(_inputs(), start_index=tf.constant(-1))
+
+
+def test_rejects_bad_inputs():
+    layer = PositionalEncoding(max_length=L)
+    with pytest.raises(ValueError, match=r"argument `x`.*rank-3.*\[B, T, C\].*shape \(2, 5\)"):
+        layer(np.zeros((B, T), "float32"))
+    with pytest.raises(ValueError, match=r"argument `x`.*known width C.*\(None, None, None\)"):
+        PositionalEncoding().build((None, None, None))
+    layer(_inputs())
+    with pytest.raises(ValueError, match=r"argument `x`.*width C=8.*shape \(2, 5, 4\)"):
+        layer(np.zeros((B, T, 4), "float32"))
+
+
+def test_save_load_sinusoid_in_a_model_with_symbolic_length(tmp_path):
+    inp = keras.Input((None, C))
+    model = keras.Model(inp, PositionalEncoding(max_length=L, padding_mode="reference_2019")(inp))
+    x = _inputs(length=7)
+    path = str(tmp_path / "pe.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(reloaded(x), model(x), atol=0)

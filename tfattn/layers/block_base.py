@@ -1,0 +1,204 @@
+"""What the encoder and decoder blocks share: arguments, config, wiring."""
+
+import keras
+
+from tfattn import validation
+from tfattn.layers.feed_forward import FeedForward
+from tfattn.layers.multi_head_attention import FLAVORS
+from tfattn.layers.multi_head_attention import MultiHeadAttention
+
+# Layer-norm epsilon when none is given: the references put 1e-8 inside the
+# square root (REFERENCE_SPEC §1.1, §2.1); the paper names none, and 1e-6 is
+# what tensor2tensor and the Model Garden use.
+REFERENCE_EPSILON = 1e-8
+PAPER_EPSILON = 1e-6
+
+
+def block_arguments(
+    context,
+    num_heads,
+    ffn_units,
+    dropout_rate,
+    attention_dropout_rate,
+    flavor,
+    normalize_first,
+    layer_norm_epsilon,
+):
+    """Validates the shared block arguments; returns them as a dict.
+
+    `attention_dropout_rate=None` resolves to `dropout_rate`, and
+    `layer_norm_epsilon=None` to the flavour's epsilon; the stored values keep
+    `None` so that `get_config` round-trips what the user passed.
+    """
+    validation.check_positive_int("num_heads", num_heads, context)
+    validation.check_positive_int("ffn_units", ffn_units, context)
+    validation.check_rate("dropout_rate", dropout_rate, context)
+    if attention_dropout_rate is not None:
+        validation.check_rate("attention_dropout_rate", attention_dropout_rate, context)
+    validation.check_choice("flavor", flavor, FLAVORS, context)
+    validation.check_bool("normalize_first", normalize_first, context)
+    if normalize_first and flavor != "paper":
+        raise validation.invalid_argument(
+            "normalize_first",
+            f"False in flavor '{flavor}': the reference normalises after each "
+            "residual (post-norm), inside its attention",
+            normalize_first,
+            context,
+        )
+    if layer_norm_epsilon is not None:
+        if not (isinstance(layer_norm_epsilon, float) and layer_norm_epsilon > 0):
+            raise validation.invalid_argument(
+                "layer_norm_epsilon", "a float > 0 or None", layer_norm_epsilon, context
+            )
+    return dict(
+        num_heads=num_heads,
+        ffn_units=ffn_units,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        flavor=flavor,
+        normalize_first=normalize_first,
+        layer_norm_epsilon=layer_norm_epsilon,
+    )
+
+
+def resolved_epsilon(flavor, layer_norm_epsilon):
+    if layer_norm_epsilon is not None:
+        return layer_norm_epsilon
+    return PAPER_EPSILON if flavor == "paper" else REFERENCE_EPSILON
+
+
+def resolved_attention_dropout(dropout_rate, attention_dropout_rate):
+    return dropout_rate if attention_dropout_rate is None else attention_dropout_rate
+
+
+class BlockBase(keras.layers.Layer):
+    """Shared constructor, config and residual wiring of the two blocks.
+
+    Paper flavour, post-norm (the paper): x = LN(x + dropout(sublayer(x))).
+    Paper flavour, pre-norm (`normalize_first=True`):
+    x = x + dropout(sublayer(LN(x))). Reference flavours: the attention
+    sublayer adds its own residual and norm (REFERENCE_SPEC §1.4 steps
+    13-14), the feed-forward sublayer is x = LN(x + FF(x)) (§1.5, §2.6), and
+    there is no residual dropout (§1.7 "Dropout sites").
+    """
+
+    _context = "Block"
+
+    def __init__(
+        self,
+        num_heads=8,
+        ffn_units=2048,
+        dropout_rate=0.1,
+        attention_dropout_rate=None,
+        flavor="paper",
+        normalize_first=False,
+        layer_norm_epsilon=None,
+        activation="relu",
+        seed=None,
+        **kwargs,
+    ):
+        args = block_arguments(
+            self._context, num_heads, ffn_units, dropout_rate,
+            attention_dropout_rate, flavor, normalize_first, layer_norm_epsilon,
+        )
+        super().__init__(**kwargs)
+        for name, value in args.items():
+            setattr(self, name, value)
+        self.activation = activation
+        self.seed = seed
+        self.supports_masking = True
+
+    def _attention(self, name, causality):
+        return MultiHeadAttention(
+            num_heads=self.num_heads,
+            dropout_rate=resolved_attention_dropout(
+                self.dropout_rate, self.attention_dropout_rate
+            ),
+            causality=causality,
+            flavor=self.flavor,
+            seed=self.seed,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=resolved_epsilon(self.flavor, self.layer_norm_epsilon),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _dropout(self, name):
+        return keras.layers.Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy, name=name
+        )
+
+    def _build_feed_forward(self, input_shape):
+        self.feed_forward = FeedForward(
+            ffn_units=self.ffn_units,
+            activation=self.activation,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward.build(input_shape)
+        self.feed_forward_layer_norm = self._norm("feed_forward_layer_norm")
+        self.feed_forward_layer_norm.build(input_shape)
+        if self.flavor == "paper":
+            self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+
+    def _build_paper_wiring(self, prefix, input_shape):
+        """The norm and residual dropout around a paper-flavour attention."""
+        if self.flavor != "paper":
+            return
+        norm = self._norm(f"{prefix}_layer_norm")
+        norm.build(input_shape)
+        setattr(self, f"{prefix}_layer_norm", norm)
+        setattr(self, f"{prefix}_dropout", self._dropout(f"{prefix}_dropout"))
+
+    def _attention_sublayer(self, prefix, x, training, **attention_kwargs):
+        """Runs the attention named `prefix` with its residual wiring.
+
+        Returns (x, extra) where extra holds what the attention returned
+        besides its output (an updated cache), or None.
+        """
+        attention = getattr(self, prefix)
+        if self.flavor != "paper":
+            result = attention(x, training=training, **attention_kwargs)
+            return _split(result)
+        norm = getattr(self, f"{prefix}_layer_norm")
+        dropout = getattr(self, f"{prefix}_dropout")
+        inputs = norm(x) if self.normalize_first else x
+        attended, extra = _split(attention(inputs, training=training, **attention_kwargs))
+        x = x + dropout(attended, training=training)
+        return (x if self.normalize_first else norm(x)), extra
+
+    def _feed_forward_sublayer(self, x, training):
+        if self.flavor != "paper":
+            return self.feed_forward_layer_norm(x + self.feed_forward(x, training=training))
+        dropout = self.feed_forward_dropout
+        if self.normalize_first:
+            inner = self.feed_forward(self.feed_forward_layer_norm(x), training=training)
+            return x + dropout(inner, training=training)
+        inner = self.feed_forward(x, training=training)
+        return self.feed_forward_layer_norm(x + dropout(inner, training=training))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            ffn_units=self.ffn_units,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            flavor=self.flavor,
+            normalize_first=self.normalize_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            activation=self.activation,
+            seed=self.seed,
+        )
+        return config
+
+
+def _split(result):
+    if isinstance(result, (tuple, list)):
+        return result[0], result[1]
+    return result, None

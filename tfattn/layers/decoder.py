@@ -1,0 +1,111 @@
+"""`Decoder`: N decoder blocks, with a cache for incremental decoding."""
+
+import keras
+
+from tfattn import validation
+from tfattn.layers.decoder_block import DecoderBlock
+from tfattn.layers.encoder import Encoder
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class Decoder(Encoder):
+    """`num_layers` `DecoderBlock`s; pre-norm stacks end with a layer norm.
+
+    With `use_cross_attention=False` this is a GPT-style decoder: causal
+    self-attention only, no encoder memory.
+
+    Args:
+        num_layers: int. Defaults to `6`.
+        use_cross_attention: bool. Defaults to `True`.
+        (the rest as `EncoderBlock`, shared by every block.)
+
+    Call arguments:
+        x: [B, T, C].
+        memory: [B, S, C] encoder output (with cross-attention, uncached).
+        padding_mask: bool [B, T], True = real target token, or None.
+        memory_padding_mask: bool [B, S], True = real source token, or None.
+        training: bool.
+        cache: list of per-block caches from `init_cache`, or None.
+        cache_index: scalar int tensor, the position of `x`'s first token.
+
+    Returns:
+        [B, T, C], or `(output, cache)` with a cache.
+    """
+
+    _context = "Decoder"
+
+    def __init__(self, use_cross_attention=True, **kwargs):
+        validation.check_bool("use_cross_attention", use_cross_attention, self._context)
+        super().__init__(**kwargs)
+        self.use_cross_attention = use_cross_attention
+
+    def build(self, x_shape, memory_shape=None):
+        self.blocks = [
+            DecoderBlock(
+                use_cross_attention=self.use_cross_attention,
+                **self._block_config(),
+                dtype=self.dtype_policy,
+                name=f"block_{i}",
+            )
+            for i in range(self.num_layers)
+        ]
+        for block in self.blocks:
+            block.build(x_shape, memory_shape)
+        if self.normalize_first:
+            self.final_layer_norm = self._norm("final_layer_norm")
+            self.final_layer_norm.build(x_shape)
+        self.built = True
+
+    def call(
+        self,
+        x,
+        memory=None,
+        padding_mask=None,
+        memory_padding_mask=None,
+        training=None,
+        cache=None,
+        cache_index=None,
+    ):
+        if cache is not None:
+            self._check_cache(cache)
+        new_cache = []
+        for i, block in enumerate(self.blocks):
+            result = block(
+                x, memory=memory, padding_mask=padding_mask,
+                memory_padding_mask=memory_padding_mask, training=training,
+                cache=None if cache is None else cache[i], cache_index=cache_index,
+            )
+            if cache is None:
+                x = result
+            else:
+                x, block_cache = result
+                new_cache.append(block_cache)
+        if self.normalize_first:
+            x = self.final_layer_norm(x)
+        return x if cache is None else (x, new_cache)
+
+    def init_cache(self, batch_size, max_length, memory=None, memory_padding_mask=None):
+        """One cache per block (see `DecoderBlock.init_cache`), as a list."""
+        return [
+            block.init_cache(batch_size, max_length, memory, memory_padding_mask)
+            for block in self.blocks
+        ]
+
+    def _check_cache(self, cache):
+        if not isinstance(cache, (list, tuple)) or len(cache) != self.num_layers:
+            got = len(cache) if isinstance(cache, (list, tuple)) else type(cache).__name__
+            raise validation.invalid_argument(
+                "cache",
+                f"a list of {self.num_layers} per-block caches from this "
+                "decoder's `init_cache` (a cache from another model size?)",
+                f"<{got} entries>",
+                self._context,
+            )
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(use_cross_attention=self.use_cross_attention)
+        return config

@@ -1,0 +1,138 @@
+"""`DecoderBlock`: masked self-attention, encoder-decoder attention, feed-forward."""
+
+import keras
+
+from tfattn import validation
+from tfattn.layers.block_base import BlockBase
+from tfattn.ops import masking
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class DecoderBlock(BlockBase):
+    """One decoder block, with an optional key/value cache for decoding.
+
+    Shapes: B = batch, T = target length, S = memory (source) length, C =
+    width, L = cache length.
+
+    Sublayers: causal self-attention (`self_attention`), then, when
+    `use_cross_attention=True`, attention whose keys and values are the
+    encoder's output (`cross_attention`), then `feed_forward`; each wired as
+    in `EncoderBlock`. With `use_cross_attention=False` the block is a
+    GPT-style decoder block (each token sees only its left context).
+
+    Args:
+        use_cross_attention: bool. Defaults to `True`.
+        (the rest as `EncoderBlock`.)
+
+    Call arguments:
+        x: [B, T, C].
+        memory: [B, S, C_m] encoder output, needed with cross-attention
+            unless the cache holds it.
+        padding_mask: bool [B, T], True = real target token, or None.
+        memory_padding_mask: bool [B, S], True = real source token, or None.
+        training: bool.
+        cache: dict from `init_cache`, or None. Then `x` holds the tokens at
+            positions `cache_index ...`, usually one.
+        cache_index: scalar int tensor, the position of `x`'s first token.
+
+    Returns:
+        [B, T, C], or `(output, cache)` with a cache.
+    """
+
+    _context = "DecoderBlock"
+
+    def __init__(self, use_cross_attention=True, **kwargs):
+        validation.check_bool("use_cross_attention", use_cross_attention, self._context)
+        super().__init__(**kwargs)
+        self.use_cross_attention = use_cross_attention
+
+    def build(self, x_shape, memory_shape=None):
+        self.self_attention = self._attention("self_attention", causality=True)
+        self.self_attention.build(x_shape)
+        self._build_paper_wiring("self_attention", x_shape)
+        if self.use_cross_attention:
+            self.cross_attention = self._attention("cross_attention", causality=False)
+            self.cross_attention.build(x_shape, memory_shape or x_shape)
+            self._build_paper_wiring("cross_attention", x_shape)
+        self._build_feed_forward(x_shape)
+        self.built = True
+
+    def call(
+        self,
+        x,
+        memory=None,
+        padding_mask=None,
+        memory_padding_mask=None,
+        training=None,
+        cache=None,
+        cache_index=None,
+    ):
+        self._check_call(memory, cache, cache_index)
+        if padding_mask is None:
+            padding_mask = masking.implicit_mask(x)
+        self_cache = None if cache is None else cache["self"]
+        x, self_cache = self._attention_sublayer(
+            "self_attention", x, training, padding_mask=padding_mask,
+            cache=self_cache, cache_index=cache_index,
+        )
+        if self.use_cross_attention:
+            if cache is not None:
+                cross = dict(cache=cache["cross"])
+            else:
+                if memory_padding_mask is None:
+                    memory_padding_mask = masking.implicit_mask(memory)
+                cross = dict(keys=memory, padding_mask=memory_padding_mask)
+            x, _ = self._attention_sublayer("cross_attention", x, training, **cross)
+        x = self._feed_forward_sublayer(x, training)
+        if cache is None:
+            return x
+        new_cache = dict(cache, self=self_cache)
+        return x, new_cache
+
+    def init_cache(self, batch_size, max_length, memory=None, memory_padding_mask=None):
+        """A cache for decoding up to `max_length` positions.
+
+        Returns:
+            dict: "self", the self-attention's key/value buffers
+            [B, H, max_length, d]; with cross-attention also "cross", the
+            memory's keys and values projected once [B, H, S, d].
+        """
+        cache = {"self": self.self_attention.init_cache(batch_size, max_length)}
+        if self.use_cross_attention:
+            if memory is None:
+                raise validation.invalid_argument(
+                    "memory", "the encoder output [B, S, C] for a block with "
+                    "cross-attention", None, "DecoderBlock.init_cache",
+                )
+            cache["cross"] = self.cross_attention.precompute_cache(
+                memory, padding_mask=memory_padding_mask
+            )
+        return cache
+
+    def _check_call(self, memory, cache, cache_index):
+        if cache is not None and cache_index is None:
+            raise validation.invalid_argument(
+                "cache_index", "the position (scalar int tensor) of the first "
+                "token when a cache is given", None, self._context,
+            )
+        if not self.use_cross_attention:
+            if memory is not None:
+                raise validation.invalid_argument(
+                    "memory", "None for a block built with "
+                    "use_cross_attention=False (a GPT-style decoder)",
+                    f"<tensor of shape {validation.shape_of(memory)}>", self._context,
+                )
+        elif memory is None and cache is None:
+            raise validation.invalid_argument(
+                "memory", "the encoder output [B, S, C] (this block has "
+                "cross-attention; build it with use_cross_attention=False for "
+                "a decoder-only model)", None, self._context,
+            )
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(use_cross_attention=self.use_cross_attention)
+        return config

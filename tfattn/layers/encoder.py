@@ -1,0 +1,69 @@
+"""`Encoder`: N encoder blocks (a BERT-style bidirectional stack on its own)."""
+
+import keras
+
+from tfattn import validation
+from tfattn.layers.block_base import BlockBase
+from tfattn.layers.encoder_block import EncoderBlock
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class Encoder(BlockBase):
+    """`num_layers` `EncoderBlock`s; pre-norm stacks end with a layer norm.
+
+    On its own this is a BERT-style encoder: every position attends to every
+    real position in both directions (feed it `TokenEmbedding` +
+    `PositionalEncoding` output and a padding mask).
+
+    Args:
+        num_layers: int. Number of blocks N. Defaults to `6`.
+        (the rest as `EncoderBlock`, shared by every block.)
+
+    Call arguments:
+        x: [B, T, C].
+        padding_mask: bool [B, T], True = real token, or None.
+        training: bool.
+
+    Returns:
+        [B, T, C].
+    """
+
+    _context = "Encoder"
+
+    def __init__(self, num_layers=6, **kwargs):
+        validation.check_positive_int("num_layers", num_layers, self._context)
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+
+    def _block_config(self):
+        config = BlockBase.get_config(self)
+        for key in ("name", "trainable", "dtype"):
+            config.pop(key, None)
+        return config
+
+    def build(self, x_shape):
+        self.blocks = [
+            EncoderBlock(**self._block_config(), dtype=self.dtype_policy, name=f"block_{i}")
+            for i in range(self.num_layers)
+        ]
+        for block in self.blocks:
+            block.build(x_shape)
+        if self.normalize_first:
+            self.final_layer_norm = self._norm("final_layer_norm")
+            self.final_layer_norm.build(x_shape)
+        self.built = True
+
+    def call(self, x, padding_mask=None, training=None):
+        for block in self.blocks:
+            x = block(x, padding_mask=padding_mask, training=training)
+        if self.normalize_first:
+            x = self.final_layer_norm(x)
+        return x
+
+    def compute_output_shape(self, x_shape):
+        return x_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers)
+        return config

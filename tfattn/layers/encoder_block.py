@@ -1,0 +1,66 @@
+"""`EncoderBlock`: self-attention and a feed-forward sublayer."""
+
+import keras
+
+from tfattn.layers.block_base import BlockBase
+from tfattn.ops import masking
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class EncoderBlock(BlockBase):
+    """One encoder block: bidirectional self-attention, then feed-forward.
+
+    Shapes: B = batch, T = length, C = width (taken from the input).
+
+    Wiring by flavour (see `BlockBase`): the paper's post-norm
+    `LN(x + dropout(sublayer(x)))` for both sublayers, or pre-norm with
+    `normalize_first=True`; the references' `MultiHeadAttention` (residual
+    and norm inside) followed by `LN(x + FF(x))`, without residual dropout
+    (REFERENCE_SPEC §1.7 steps 6, §2.9 step 5).
+
+    Args:
+        num_heads: int. Defaults to `8`.
+        ffn_units: int. Inner width of the feed-forward sublayer. Defaults
+            to `2048`.
+        dropout_rate: float in [0, 1). Residual dropout (paper flavour only)
+            and the default attention dropout. Defaults to `0.1`.
+        attention_dropout_rate: float or None. Dropout on the attention
+            weights. Defaults to `None`, meaning `dropout_rate`.
+        flavor: `"paper"`, `"reference_2017"` or `"reference_2019"`.
+        normalize_first: bool. Pre-norm (paper flavour only). Defaults to
+            `False`, the paper's post-norm.
+        layer_norm_epsilon: float or None. Defaults to 1e-8 in the reference
+            flavours (as the references) and 1e-6 in the paper flavour.
+        activation: the feed-forward activation. Defaults to `"relu"`.
+        seed: int or None. Dropout seed.
+
+    Call arguments:
+        x: [B, T, C].
+        padding_mask: bool [B, T], True = real token (Keras polarity), or
+            None for the input's Keras mask. `reference_2017` finds padding
+            from zero rows instead, as the reference does; pass None there.
+        training: bool.
+
+    Returns:
+        [B, T, C].
+    """
+
+    _context = "EncoderBlock"
+
+    def build(self, x_shape):
+        self.self_attention = self._attention("self_attention", causality=False)
+        self.self_attention.build(x_shape)
+        self._build_paper_wiring("self_attention", x_shape)
+        self._build_feed_forward(x_shape)
+        self.built = True
+
+    def call(self, x, padding_mask=None, training=None):
+        if padding_mask is None:
+            padding_mask = masking.implicit_mask(x)
+        x, _ = self._attention_sublayer(
+            "self_attention", x, training, padding_mask=padding_mask
+        )
+        return self._feed_forward_sublayer(x, training)
+
+    def compute_output_shape(self, x_shape):
+        return x_shape

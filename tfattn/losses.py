@@ -1,0 +1,252 @@
+"""Label-smoothed cross-entropy over non-padding targets (both references).
+
+Shapes: B = batch, T = length, V = vocabulary size (the last axis of the
+logits). Labels may have any shape [...] with logits [..., V].
+
+Per target token, with smoothed targets y_s = (1 - ε)·onehot(label) + ε/V
+over the **full** vocabulary, specials included (REFERENCE_SPEC §1.6, §2.7):
+
+    CE = -Σ_v y_s[v] · log_softmax(z)[v]
+       = logsumexp(z) - (1 - ε)·z[label] - ε·mean_v(z)
+
+The closed form on the right is what is computed: it needs one logsumexp,
+one gather and one mean over V, so no [B, T, V] one-hot (or smoothed-target)
+tensor is ever built. Everything runs in float32, whatever the logits' dtype
+(float16 and bfloat16 logits are cast first), so the loss stays finite and
+accurate under mixed precision.
+
+The mean is taken over the non-padding targets only (§1.7, §2.9):
+loss = Σ CE · [label != pad_id] / (Σ [label != pad_id] + denominator_epsilon).
+`denominator_epsilon=0.0` is the 2017 code; the 2019 code uses 1e-7. A batch
+with no real target gives 0 (not NaN) when `denominator_epsilon` is 0.
+"""
+
+import numbers
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tfattn import validation
+
+_CONTEXT = "smoothed_cross_entropy"
+
+
+def smoothed_cross_entropy_sum(labels, logits, epsilon=0.1, pad_id=0, weights=None):
+    """Summed label-smoothed cross-entropy and the number of counted tokens.
+
+    For data-parallel training: every replica returns its local
+    `(sum_loss, num_tokens)`; summing both over replicas and dividing gives
+    the exact mean over the *global* number of non-padding tokens, which
+    averaging per-replica means does not when replicas hold different
+    numbers of pads. For example, under a `tf.distribute` strategy::
+
+        total, count = smoothed_cross_entropy_sum(labels, logits)
+        global_count = replica_ctx.all_reduce("sum", count)
+        loss = total / global_count  # per-replica share; gradients sum up
+
+    Args:
+        labels: integer tensor [...], the target ids.
+        logits: float tensor [..., V] (any float dtype).
+        epsilon: float in [0, 1). Label smoothing ε. Defaults to `0.1`.
+        pad_id: int or None. Targets equal to it are not counted. `None`
+            counts every target. Defaults to `0`.
+        weights: optional float tensor, a weight per target multiplied onto
+            both the sum and the count. Broadcast against `labels`; a
+            lower-rank weight such as [B] is expanded on the right first.
+
+    Returns:
+        `(sum_loss, num_tokens)`, two float32 scalars.
+    """
+    per_token, keep = _per_token(labels, logits, epsilon, pad_id)
+    keep = _apply_weights(keep, weights)
+    return ops.sum(per_token * keep), ops.sum(keep)
+
+
+def smoothed_cross_entropy(
+    labels, logits, epsilon=0.1, pad_id=0, denominator_epsilon=0.0
+):
+    """Mean label-smoothed cross-entropy over the non-padding targets.
+
+    The training loss of both references: 2017 (§1.6-1.7,
+    `denominator_epsilon=0.0`) and 2019 (§2.7, §2.9,
+    `denominator_epsilon=1e-7`). See the module docstring for the formula.
+
+    Args:
+        labels: integer tensor [...], the target ids (e.g. [B, T]).
+        logits: float tensor [..., V] (e.g. [B, T, V]), any float dtype.
+        epsilon: float in [0, 1). Label smoothing ε, spread uniformly over
+            all V classes. Defaults to `0.1`.
+        pad_id: int or None. Targets equal to it are excluded. `None`
+            counts every target. Defaults to `0`.
+        denominator_epsilon: float >= 0. Added to the token count.
+            Defaults to `0.0`.
+
+    Returns:
+        A float32 scalar.
+    """
+    denominator_epsilon = validation.check_non_negative_float(
+        "denominator_epsilon", denominator_epsilon, _CONTEXT
+    )
+    total, count = smoothed_cross_entropy_sum(labels, logits, epsilon, pad_id)
+    return _divide(total, count, denominator_epsilon)
+
+
+def _divide(total, count, denominator_epsilon):
+    if denominator_epsilon:
+        return total / (count + denominator_epsilon)
+    return tf.math.divide_no_nan(total, count)
+
+
+def _per_token(labels, logits, epsilon, pad_id):
+    """Returns (CE [...] float32, keep [...] float32 with 1 = counted)."""
+    epsilon = _check_epsilon(epsilon)
+    pad_id = _check_pad_id(pad_id)
+    labels, logits = _check_tensors(labels, logits)
+    logits = ops.cast(logits, "float32")  # [..., V]
+    labels = ops.cast(labels, "int32")
+    keep = ops.ones_like(labels, "bool") if pad_id is None else labels != pad_id
+    # Pad targets may hold ids outside [0, V) (e.g. -100): read class 0.
+    safe = ops.where(keep, labels, ops.zeros_like(labels))
+    label_logit = ops.squeeze(
+        ops.take_along_axis(logits, ops.expand_dims(safe, -1), axis=-1), -1
+    )
+    log_z = ops.logsumexp(logits, axis=-1)
+    ce = log_z - (1.0 - epsilon) * label_logit
+    if epsilon:
+        ce = ce - epsilon * ops.mean(logits, axis=-1)
+    return ce, ops.cast(keep, "float32")
+
+
+def _apply_weights(keep, weights):
+    """keep * weights, with [B]-style weights expanded on the right."""
+    if weights is None:
+        return keep
+    weights = ops.cast(weights, "float32")
+    while len(weights.shape) < len(keep.shape):
+        weights = ops.expand_dims(weights, -1)
+    return keep * weights
+
+
+def _check_epsilon(epsilon):
+    if (
+        isinstance(epsilon, bool)
+        or not isinstance(epsilon, numbers.Real)
+        or not 0 <= epsilon < 1
+    ):
+        raise validation.invalid_argument(
+            "epsilon", "a float in [0, 1)", epsilon, _CONTEXT
+        )
+    return float(epsilon)
+
+
+def _check_pad_id(pad_id):
+    if pad_id is None:
+        return None
+    if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral):
+        raise validation.invalid_argument(
+            "pad_id", "an integer or None", pad_id, _CONTEXT
+        )
+    return int(pad_id)
+
+
+def _check_tensors(labels, logits):
+    logits = ops.convert_to_tensor(logits)
+    labels = ops.convert_to_tensor(labels)
+    logits_dtype = keras.backend.standardize_dtype(logits.dtype)
+    logits_shape = validation.shape_of(logits)
+    if "float" not in logits_dtype or not logits_shape:
+        raise validation.invalid_argument(
+            "logits",
+            "a float tensor of shape [..., V]",
+            f"<tensor of dtype {logits_dtype} and shape {logits_shape}>",
+            _CONTEXT,
+        )
+    labels_dtype = keras.backend.standardize_dtype(labels.dtype)
+    labels_shape = validation.shape_of(labels)
+    expected = logits_shape[:-1]
+    compatible = len(labels_shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(labels_shape, expected)
+    )
+    if "int" not in labels_dtype or not compatible:
+        raise validation.invalid_argument(
+            "labels",
+            f"an integer tensor of shape {expected}, the logits' shape "
+            f"{logits_shape} without the vocabulary axis",
+            f"<tensor of dtype {labels_dtype} and shape {labels_shape}>",
+            _CONTEXT,
+        )
+    return labels, logits
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Keras loss: label-smoothed cross-entropy, mean over non-pad targets.
+
+    `loss(y_true, y_pred)` equals `smoothed_cross_entropy(y_true, y_pred,
+    epsilon, pad_id, denominator_epsilon)`: y_true holds integer target ids
+    [B, T] and y_pred the logits [B, T, V] (not probabilities). The
+    reduction is fixed, the token mean of the references; Keras' `reduction`
+    argument is therefore not offered.
+
+    - `sample_weight` (broadcastable to [B, T], e.g. [B, 1] per sequence)
+      weights both the summed loss and the token count.
+    - A Keras mask carried by y_pred (True = keep) further excludes targets.
+    - The ids are read as integers, never cast to float.
+
+    Under a distribution strategy each replica's value is its own token
+    mean; for the exact global token mean use `smoothed_cross_entropy_sum`.
+
+    Args:
+        epsilon: float in [0, 1). Defaults to `0.1`.
+        pad_id: int or None. Defaults to `0`.
+        denominator_epsilon: float >= 0. Defaults to `0.0` (2017; the 2019
+            code uses `1e-7`).
+        name: str. Defaults to `"label_smoothed_cross_entropy"`.
+        dtype: dtype of the returned loss. Defaults to `None`
+            (`keras.backend.floatx()`); the computation is float32 anyway.
+    """
+
+    def __init__(
+        self,
+        epsilon=0.1,
+        pad_id=0,
+        denominator_epsilon=0.0,
+        name="label_smoothed_cross_entropy",
+        dtype=None,
+    ):
+        epsilon = _check_epsilon(epsilon)
+        pad_id = _check_pad_id(pad_id)
+        denominator_epsilon = validation.check_non_negative_float(
+            "denominator_epsilon", denominator_epsilon, _CONTEXT
+        )
+        # `__call__` reduces to the token mean itself; Keras' reduction is unused.
+        super().__init__(name=name, reduction="sum", dtype=dtype)
+        self.epsilon = epsilon
+        self.pad_id = pad_id
+        self.denominator_epsilon = denominator_epsilon
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        keras_mask = getattr(y_pred, "_keras_mask", None)
+        with keras.name_scope(self.name):
+            per_token, keep = _per_token(y_true, y_pred, self.epsilon, self.pad_id)
+            keep = _apply_weights(keep, sample_weight)
+            keep = _apply_weights(keep, keras_mask)
+            loss = _divide(
+                ops.sum(per_token * keep), ops.sum(keep), self.denominator_epsilon
+            )
+            return ops.cast(loss, self.dtype)
+
+    def call(self, y_true, y_pred):
+        """Per-target losses [B, T], float32, 0 at the padding targets."""
+        per_token, keep = _per_token(y_true, y_pred, self.epsilon, self.pad_id)
+        return per_token * keep
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "epsilon": self.epsilon,
+            "pad_id": self.pad_id,
+            "denominator_epsilon": self.denominator_epsilon,
+            "dtype": self.dtype,
+        }

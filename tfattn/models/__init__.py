@@ -1,0 +1,3 @@
+"""Models built from tfattn layers."""
+
+from tfattn.models.transformer import Transformer

@@ -1,0 +1,410 @@
+"""`Transformer`: the sequence-to-sequence model, with cached decoding."""
+
+import keras
+from keras import ops
+
+from tfattn import decoding
+from tfattn import validation
+from tfattn.layers.block_base import block_arguments
+from tfattn.layers.decoder import Decoder
+from tfattn.layers.encoder import Encoder
+from tfattn.layers.positional_encoding import PositionalEncoding
+from tfattn.layers.token_embedding import TokenEmbedding
+from tfattn.ops import masking
+
+_CONTEXT = "Transformer"
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+# What each flavour builds (REFERENCE_SPEC §1.7, §2.9, §3). `None` arguments
+# of the constructor take these values; explicit ones must agree with them in
+# the reference flavours.
+_FLAVOR_DEFAULTS = {
+    "paper": dict(positional_encoding="sinusoid", padding_mode=None),
+    "reference_2017": dict(
+        positional_encoding="learned", padding_mode="reference_2017",
+        share_embeddings=False, tie_output=False,
+    ),
+    "reference_2019": dict(
+        positional_encoding="sinusoid", padding_mode="reference_2019",
+        share_embeddings=True, tie_output=True,
+    ),
+}
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer: (source ids, target input ids) -> logits.
+
+    Shapes: B = batch, S = source length, T = target length, V = target
+    vocabulary, C = `num_units`. Ids are int, 0 is padding; decoding starts
+    from `BOS_ID` = 2 and stops at `EOS_ID` = 3 (the 2019 reference's ids).
+
+    Flavours build these models:
+
+    - `"paper"`: token embeddings × sqrt(C) plus the sinusoid, dropout,
+      post-norm blocks with residual dropout (or pre-norm), output projection
+      tied to the target embedding (`tie_output=True` by default), embeddings
+      shared when there is one vocabulary (`target_vocab_size=None`).
+    - `"reference_2017"` (§1.7): separate source and target embeddings,
+      learned positions re-zeroed at padding, dropout only after the
+      embedding and on the attention weights, masks from zero rows, output
+      Dense with bias, untied.
+    - `"reference_2019"` (§2.9): one joint embedding for source, target and
+      output (all three tied), the sinusoid zeroed at padding, key masks from
+      ids, no residual dropout.
+
+    Args:
+        source_vocab_size: int.
+        target_vocab_size: int or None. None = one shared vocabulary.
+        num_layers: int. Blocks per stack. Defaults to `6`.
+        num_units: int. Model width C. Defaults to `512`.
+        num_heads: int. Defaults to `8`.
+        ffn_units: int. Defaults to `2048`.
+        dropout_rate: float. Defaults to `0.1`.
+        attention_dropout_rate: float or None (= `dropout_rate`).
+        flavor: `"paper"`, `"reference_2017"` or `"reference_2019"`.
+        normalize_first: bool. Pre-norm blocks (paper flavour only).
+        max_length: int. Positions the positional table holds (source and
+            target each). Defaults to `256`.
+        positional_encoding: `"sinusoid"`, `"sinusoid_2017"`, `"learned"` or
+            None (the flavour's).
+        share_embeddings: bool or None. One table for source and target.
+        tie_output: bool or None. Output projection = target embeddingᵀ.
+        seed: int or None. Dropout seed.
+
+    Call arguments:
+        inputs: dict with "source" [B, S] and "target_in" [B, T] int ids, or
+            the tuple (source, target_in).
+        training: bool.
+
+    Returns:
+        logits [B, T, V], float32.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size=None,
+        num_layers=6,
+        num_units=512,
+        num_heads=8,
+        ffn_units=2048,
+        dropout_rate=0.1,
+        attention_dropout_rate=None,
+        flavor="paper",
+        normalize_first=False,
+        max_length=256,
+        positional_encoding=None,
+        share_embeddings=None,
+        tie_output=None,
+        seed=None,
+        **kwargs,
+    ):
+        validation.check_positive_int("source_vocab_size", source_vocab_size, _CONTEXT)
+        if target_vocab_size is not None:
+            validation.check_positive_int("target_vocab_size", target_vocab_size, _CONTEXT)
+        validation.check_positive_int("num_layers", num_layers, _CONTEXT)
+        validation.check_positive_int("num_units", num_units, _CONTEXT)
+        validation.check_positive_int("max_length", max_length, _CONTEXT)
+        block_args = block_arguments(
+            _CONTEXT, num_heads, ffn_units, dropout_rate, attention_dropout_rate,
+            flavor, normalize_first, None,
+        )
+        if num_units % num_heads:
+            raise validation.invalid_argument(
+                "num_units", f"a multiple of num_heads={num_heads}", num_units, _CONTEXT
+            )
+        defaults = _FLAVOR_DEFAULTS[flavor]
+        positional_encoding = _resolve(
+            "positional_encoding", positional_encoding, defaults, flavor, fixed=False
+        )
+        single_vocab = target_vocab_size in (None, source_vocab_size)
+        share = _resolve("share_embeddings", share_embeddings,
+                         dict(defaults, share_embeddings=defaults.get(
+                             "share_embeddings", target_vocab_size is None)), flavor)
+        tie = _resolve("tie_output", tie_output,
+                       dict(defaults, tie_output=defaults.get("tie_output", True)), flavor)
+        if share and not single_vocab:
+            raise validation.invalid_argument(
+                "share_embeddings",
+                "False when the source and target vocabularies differ "
+                f"({source_vocab_size} and {target_vocab_size})",
+                share_embeddings,
+                _CONTEXT,
+            )
+        super().__init__(**kwargs)
+        self.source_vocab_size = source_vocab_size
+        self.target_vocab_size = target_vocab_size
+        self.num_layers = num_layers
+        self.num_units = num_units
+        self.num_heads = num_heads
+        self.ffn_units = ffn_units
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.flavor = flavor
+        self.normalize_first = normalize_first
+        self.max_length = max_length
+        self.positional_encoding = positional_encoding
+        self.share_embeddings = share
+        self.tie_output = tie
+        self.seed = seed
+        vocab = target_vocab_size or source_vocab_size
+
+        # A subclassed Model builds its sublayers here (Keras calls `build`
+        # with the input shapes on the first call and when reloading).
+        self.source_embedding = TokenEmbedding(
+            source_vocab_size, num_units, dtype=self.dtype_policy,
+            name="source_embedding",
+        )
+        self.target_embedding = (
+            self.source_embedding if share else TokenEmbedding(
+                vocab, num_units, dtype=self.dtype_policy, name="target_embedding"
+            )
+        )
+        pe_kwargs = dict(kind=positional_encoding, max_length=max_length,
+                         padding_mode=defaults["padding_mode"], dtype=self.dtype_policy)
+        self.source_positions = PositionalEncoding(name="source_positions", **pe_kwargs)
+        # The 2017 reference learns a separate table per stack; sinusoids
+        # have no weights, so one layer serves both.
+        self.target_positions = (
+            PositionalEncoding(name="target_positions", **pe_kwargs)
+            if positional_encoding == "learned" else self.source_positions
+        )
+        self.embedding_dropout = keras.layers.Dropout(
+            dropout_rate, seed=seed, dtype=self.dtype_policy, name="embedding_dropout"
+        )
+        stack_args = dict(block_args, num_layers=num_layers, seed=seed,
+                          dtype=self.dtype_policy)
+        self.encoder = Encoder(name="encoder", **stack_args)
+        self.decoder = Decoder(name="decoder", **stack_args)
+        self.output_dense = None
+        if not tie:
+            self.output_dense = keras.layers.Dense(
+                vocab, dtype=self.dtype_policy, name="output_dense"
+            )
+
+    # ------------------------------------------------------------------
+    # Building and the training-time forward pass.
+
+    def build(self, inputs_shape):
+        source_shape, target_shape = _pair(inputs_shape, "inputs_shape")
+        width = self.num_units
+        self.source_embedding.build(source_shape)
+        if self.target_embedding is not self.source_embedding:
+            self.target_embedding.build(target_shape)
+        source_x = tuple(source_shape) + (width,)
+        target_x = tuple(target_shape) + (width,)
+        self.source_positions.build(source_x)
+        if self.target_positions is not self.source_positions:
+            self.target_positions.build(target_x)
+        self.encoder.build(source_x)
+        self.decoder.build(target_x, source_x)
+        if self.output_dense is not None:
+            self.output_dense.build(target_x)
+        self.built = True
+
+    def call(self, inputs, training=None):
+        source, target_in = _pair(inputs, "inputs")
+        self._check_ids("source", source)
+        self._check_ids("target_in", target_in)
+        _check_same_batch(source, target_in)
+        memory, source_keep = self.encode(source, training=training)
+        return self.decode(target_in, memory, source_keep, training=training)
+
+    def encode(self, source, training=None):
+        """Source ids [B, S] -> (memory [B, S, C], source keep-mask [B, S])."""
+        self._check_ids("source", source)
+        keep = masking.padding_mask(source)
+        x = self._embed(self.source_embedding, self.source_positions, source, training)
+        memory = self.encoder(x, padding_mask=self._stack_mask(keep), training=training)
+        return memory, keep
+
+    def decode(self, target_in, memory, source_keep, training=None):
+        """Target input ids [B, T] and the encoder's output -> logits [B, T, V]."""
+        self._check_ids("target_in", target_in)
+        keep = masking.padding_mask(target_in)
+        x = self._embed(self.target_embedding, self.target_positions, target_in, training)
+        x = self.decoder(
+            x, memory, padding_mask=self._stack_mask(keep),
+            memory_padding_mask=self._stack_mask(source_keep), training=training,
+        )
+        return self._logits(x)
+
+    def _embed(self, embedding, positions, ids, training, start_index=0):
+        x = positions(embedding(ids), start_index=start_index)
+        return self.embedding_dropout(x, training=training)
+
+    def _stack_mask(self, keep):
+        # The 2017 reference finds padding from zero rows, not from ids.
+        return None if self.flavor == "reference_2017" else keep
+
+    def _logits(self, x):
+        if self.output_dense is not None:
+            logits = self.output_dense(x)
+        else:
+            logits = self.target_embedding.logits(x)
+        return ops.cast(logits, "float32")
+
+    # ------------------------------------------------------------------
+    # Incremental decoding.
+
+    def init_decode_cache(self, memory, source_keep, max_length):
+        """The decoder's per-block cache for `max_length` target positions."""
+        validation.check_positive_int("max_length", max_length, _CONTEXT)
+        self._check_decode_length(max_length)
+        return self.decoder.init_cache(
+            ops.shape(memory)[0], max_length, memory, self._stack_mask(source_keep)
+        )
+
+    def decode_step(self, ids, position, cache):
+        """One cached decoder step.
+
+        Args:
+            ids: int [B], the tokens at `position` (BOS at position 0).
+            position: scalar int32 tensor.
+            cache: from `init_decode_cache`.
+
+        Returns:
+            (logits [B, V] float32, with the padding id's logit at -1e9 so
+            that searches never emit it; the updated cache).
+        """
+        ids = ops.expand_dims(ids, 1)
+        keep = masking.padding_mask(ids)
+        x = self._embed(self.target_embedding, self.target_positions, ids, False,
+                        start_index=position)
+        x, cache = self.decoder(
+            x, padding_mask=self._stack_mask(keep), cache=cache, cache_index=position
+        )
+        logits = self._logits(x)[:, 0]
+        # Never emit padding: it would end a row without EOS.
+        not_pad = ops.not_equal(ops.arange(ops.shape(logits)[-1]), PAD_ID)
+        return ops.where(not_pad[None, :], logits, -1e9), cache
+
+    def generate(self, source, beam_size=4, alpha=0.6, max_length=None,
+                 extra_length=50):
+        """Translates source ids: beam search (or greedy with `beam_size=1`).
+
+        The encoder runs once; the decoder runs one cached step per position,
+        all inside one `tf.while_loop` (`tfattn.decoding`), so the whole call
+        compiles once under `tf.function(jit_compile=True)`.
+
+        Args:
+            source: int [B, S].
+            beam_size: int >= 1. Defaults to `4` (the paper).
+            alpha: float >= 0. Length penalty. Defaults to `0.6` (the paper).
+            max_length: int or None. Output buffer length; defaults to
+                `S + extra_length`, capped at the positional table.
+            extra_length: int. Each row stops at its own source length plus
+                this (the paper's input length + 50). Defaults to `50`.
+
+        Returns:
+            (ids [B, max_length] int32 without BOS, EOS included, 0 after;
+            scores [B] float32).
+        """
+        validation.check_positive_int("beam_size", beam_size, _CONTEXT)
+        validation.check_non_negative_float("alpha", alpha, _CONTEXT)
+        self._check_ids("source", source)
+        if max_length is None:
+            static = source.shape[1]
+            if static is None:
+                raise validation.invalid_argument(
+                    "max_length", "an int when the source length is not static",
+                    max_length, _CONTEXT,
+                )
+            max_length = min(static + extra_length, self.max_length)
+        validation.check_positive_int("max_length", max_length, _CONTEXT)
+        self._check_decode_length(max_length)
+        memory, source_keep = self.encode(source, training=False)
+        cache = self.init_decode_cache(memory, source_keep, max_length)
+        lengths = ops.sum(ops.cast(source_keep, "int32"), axis=1) + extra_length
+        start = ops.full((ops.shape(source)[0],), BOS_ID, "int32")
+        if beam_size == 1:
+            return decoding.greedy_search(
+                self.decode_step, start, cache, max_length, EOS_ID, max_lengths=lengths
+            )
+        return decoding.beam_search(
+            self.decode_step, start, cache, max_length, EOS_ID,
+            beam_size=beam_size, alpha=alpha, max_lengths=lengths,
+        )
+
+    # ------------------------------------------------------------------
+    # Checks and config.
+
+    def _check_ids(self, name, ids):
+        shape = validation.shape_of(ids)
+        dtype = keras.backend.standardize_dtype(ids.dtype)
+        if "int" not in dtype or len(shape) != 2:
+            raise validation.invalid_argument(
+                name, "int token ids of shape [B, T]",
+                f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT,
+            )
+
+    def _check_decode_length(self, max_length):
+        if max_length > self.max_length:
+            raise validation.invalid_argument(
+                "max_length",
+                f"at most the positional table's {self.max_length} positions "
+                f"(build the model with max_length>={max_length} to decode "
+                "that far)",
+                max_length,
+                _CONTEXT,
+            )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            source_vocab_size=self.source_vocab_size,
+            target_vocab_size=self.target_vocab_size,
+            num_layers=self.num_layers,
+            num_units=self.num_units,
+            num_heads=self.num_heads,
+            ffn_units=self.ffn_units,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            flavor=self.flavor,
+            normalize_first=self.normalize_first,
+            max_length=self.max_length,
+            positional_encoding=self.positional_encoding,
+            share_embeddings=self.share_embeddings,
+            tie_output=self.tie_output,
+            seed=self.seed,
+        )
+        return config
+
+
+def _resolve(name, value, defaults, flavor, fixed=True):
+    """A flavour default for a None argument; reference flavours fix theirs."""
+    default = defaults[name]
+    if value is None:
+        return default
+    if fixed and flavor != "paper" and value != default:
+        raise validation.invalid_argument(
+            name, f"{default} (or None) in flavor '{flavor}', which the "
+            "reference fixes", value, _CONTEXT,
+        )
+    return value
+
+
+def _pair(inputs, name):
+    if isinstance(inputs, dict):
+        if set(inputs) != {"source", "target_in"}:
+            raise validation.invalid_argument(
+                name, "a dict with keys 'source' and 'target_in'",
+                sorted(inputs), _CONTEXT,
+            )
+        return inputs["source"], inputs["target_in"]
+    if isinstance(inputs, (list, tuple)) and len(inputs) == 2:
+        return inputs[0], inputs[1]
+    raise validation.invalid_argument(
+        name, "(source, target_in) or {'source': ..., 'target_in': ...}",
+        type(inputs).__name__, _CONTEXT,
+    )
+
+
+def _check_same_batch(source, target_in):
+    b_s, b_t = validation.shape_of(source)[0], validation.shape_of(target_in)[0]
+    if None not in (b_s, b_t) and b_s != b_t:
+        raise validation.invalid_argument(
+            "target_in", f"the same batch size as `source` ({b_s})",
+            f"<tensor of shape {validation.shape_of(target_in)}>", _CONTEXT,
+        )
