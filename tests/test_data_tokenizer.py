@@ -1,0 +1,275 @@
+"""Tests for the joint SentencePiece vocabulary and its in-graph tokenizer."""
+
+import itertools
+import os
+
+import pytest
+import tensorflow as tf
+
+from tfattn.data import BOS_ID
+from tfattn.data import EOS_ID
+from tfattn.data import PAD_ID
+from tfattn.data import UNK_ID
+from tfattn.data import SubwordTokenizer
+from tfattn.data import load_tokenizer
+from tfattn.data import train_tokenizer
+from tfattn.data import tokenizer as tokenizer_lib
+
+
+def _capitalize(text):
+    return text[0].upper() + text[1:]
+
+
+def _corpus():
+    """A few hundred short English and German sentences."""
+    en_subjects = ["a man", "a woman", "two dogs", "the child", "three girls"]
+    de_subjects = [
+        "ein Mann",
+        "eine Frau",
+        "zwei Hunde",
+        "das Kind",
+        "drei Mädchen",
+    ]
+    en_verbs = ["runs", "sits", "plays", "waits", "jumps"]
+    de_verbs = ["läuft", "sitzt", "spielt", "wartet", "springt"]
+    en_places = [
+        "in the park.",
+        "on the street.",
+        "near a river.",
+        "at the beach.",
+    ]
+    de_places = ["im Park.", "auf der Straße.", "an einem Fluss.", "am Strand."]
+    en, de = [], []
+    for s, v, p in itertools.product(range(5), range(5), range(4)):
+        en.append(_capitalize(f"{en_subjects[s]} {en_verbs[v]} {en_places[p]}"))
+        de.append(_capitalize(f"{de_subjects[s]} {de_verbs[v]} {de_places[p]}"))
+    return en + de  # 200 + 200 sentences.
+
+
+SENTENCES = _corpus()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("spm")
+    tokenizer = train_tokenizer(SENTENCES, model_dir, vocab_size=64)
+    return tokenizer, model_dir
+
+
+def test_files_written_without_leftovers(trained):
+    tokenizer, model_dir = trained
+    assert sorted(os.listdir(model_dir)) == ["spm.model", "spm.vocab"]
+    with open(model_dir / "spm.vocab", encoding="utf-8") as f:
+        vocab = f.read().splitlines()
+    assert len(vocab) == tokenizer.vocab_size
+    assert [line.split("\t")[0] for line in vocab[:4]] == [
+        "<pad>",
+        "<unk>",
+        "<s>",
+        "</s>",
+    ]
+
+
+def test_special_ids(trained):
+    tokenizer, _ = trained
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert (
+        tokenizer.pad_id,
+        tokenizer.unk_id,
+        tokenizer.bos_id,
+        tokenizer.eos_id,
+    ) == (0, 1, 2, 3)
+    assert [tokenizer.id_to_piece(i) for i in range(4)] == [
+        "<pad>",
+        "<unk>",
+        "<s>",
+        "</s>",
+    ]
+    ids = tokenizer.tokenize(SENTENCES).flat_values.numpy()
+    assert ids.min() >= 4  # Plain text never yields pad, unk, bos or eos.
+    assert ids.max() < tokenizer.vocab_size
+    unseen = tokenizer.tokenize("a € sign").numpy()
+    assert UNK_ID in unseen
+
+
+def test_vocab_size_comes_from_the_model(trained):
+    tokenizer, model_dir = trained
+    assert tokenizer.vocab_size == 64
+    assert load_tokenizer(model_dir).vocab_size == 64
+
+
+def test_too_large_vocab_is_capped(tmp_path, caplog):
+    tokenizer = train_tokenizer(SENTENCES, tmp_path, vocab_size=8000)
+    assert 4 < tokenizer.vocab_size < 8000
+    assert any("supports at most" in r.getMessage() for r in caplog.records)
+    assert load_tokenizer(tmp_path).vocab_size == tokenizer.vocab_size
+
+
+def test_too_small_vocab_is_an_error(tmp_path):
+    with pytest.raises(
+        ValueError, match="argument `vocab_size`, expected at least"
+    ):
+        train_tokenizer(SENTENCES, tmp_path, vocab_size=10)
+    assert not os.listdir(tmp_path)
+
+
+def test_round_trip(trained):
+    tokenizer, model_dir = trained
+    ids = tokenizer.tokenize(SENTENCES)
+    assert isinstance(ids, tf.RaggedTensor) and ids.dtype == tf.int32
+    text = [t.decode("utf-8") for t in tokenizer.detokenize(ids).numpy()]
+    assert text == SENTENCES
+    # Unseen combinations of seen words survive too.
+    new = ["Zwei Hunde spielen am Fluss.", "The woman waits."]
+    assert [
+        t.decode()
+        for t in load_tokenizer(model_dir)
+        .detokenize(tokenizer.tokenize(new))
+        .numpy()
+    ] == new
+
+
+def test_detokenize_dense_padding_and_eos(trained):
+    tokenizer, _ = trained
+    pieces = tokenizer.tokenize("A man runs in the park.").numpy().tolist()
+    other = tokenizer.tokenize("Two dogs").numpy().tolist()
+    width = len(pieces) + 4
+    rows = [
+        [BOS_ID] + pieces + [EOS_ID] + [PAD_ID] * 2,
+        # Ids after the first eos are dropped.
+        other + [EOS_ID] + pieces[: width - len(other) - 1],
+    ]
+    dense = tf.constant(rows, tf.int32)
+    assert tokenizer.detokenize(dense).numpy().tolist() == [
+        b"A man runs in the park.",
+        b"Two dogs",
+    ]
+    kept = tokenizer.detokenize(dense, stop_at_eos=False).numpy()[1].decode()
+    assert kept.startswith("Two dogs") and len(kept) > len("Two dogs")
+    assert (
+        tokenizer.detokenize(tf.constant(pieces)).numpy()
+        == b"A man runs in the park."
+    )
+
+
+def test_works_in_graph(trained):
+    tokenizer, _ = trained
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def round_trip(text):
+        return tokenizer.detokenize(tokenizer.tokenize(text))
+
+    out = round_trip(tf.constant(SENTENCES[:3]))
+    assert [t.decode() for t in out.numpy()] == SENTENCES[:3]
+    ds = tf.data.Dataset.from_tensor_slices(SENTENCES[:4]).map(
+        tokenizer.tokenize
+    )
+    first = next(iter(ds))
+    assert first.dtype == tf.int32 and first.shape.rank == 1
+
+
+def test_saved_model_round_trip(trained, tmp_path):
+    tokenizer, _ = trained
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.round_trip = tf.function(
+        lambda text: tokenizer.detokenize(tokenizer.tokenize(text)),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    out = loaded.round_trip(tf.constant(SENTENCES[:2]))
+    assert [t.decode() for t in out.numpy()] == SENTENCES[:2]
+
+
+def test_training_is_deterministic(trained, tmp_path):
+    _, model_dir = trained
+    train_tokenizer(SENTENCES, tmp_path, vocab_size=64)
+    with (
+        open(model_dir / "spm.model", "rb") as a,
+        open(tmp_path / "spm.model", "rb") as b,
+    ):
+        assert a.read() == b.read()
+
+
+def test_split_digits(tmp_path):
+    tokenizer = train_tokenizer(
+        ["4072", "four thousand seventy two", "4444 44"] * 20,
+        tmp_path,
+        vocab_size=40,
+        split_digits=True,
+    )
+    pieces = [
+        tokenizer.id_to_piece(i) for i in tokenizer.tokenize("4444").numpy()
+    ]
+    assert [p.lstrip("\u2581") for p in pieces if p != "\u2581"] == ["4"] * 4
+
+
+def test_write_is_atomic(trained, tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    train_tokenizer(SENTENCES, target, vocab_size=64)
+    before = {n: (target / n).read_bytes() for n in ("spm.model", "spm.vocab")}
+    real_gfile = tokenizer_lib.tf.io.gfile.GFile
+
+    class FailingGFile(real_gfile):
+        """Fails half-way through writing the vocab file."""
+
+        def write(self, data):
+            if ".vocab.tmp-" in self.name:
+                super().write(data[: len(data) // 2])
+                raise OSError("disk full")
+            return super().write(data)
+
+    monkeypatch.setattr(tokenizer_lib.tf.io.gfile, "GFile", FailingGFile)
+    with pytest.raises(OSError, match="disk full"):
+        train_tokenizer(SENTENCES, target, vocab_size=50)
+    # Both old files are intact and no temporary file is left behind.
+    for name, data in before.items():
+        assert (target / name).read_bytes() == data
+    assert sorted(os.listdir(target)) == ["spm.model", "spm.vocab"]
+
+    def broken_rename(src, dst, overwrite=False):
+        raise OSError("rename failed")
+
+    monkeypatch.setattr(tokenizer_lib.tf.io.gfile, "GFile", real_gfile)
+    monkeypatch.setattr(tokenizer_lib.tf.io.gfile, "rename", broken_rename)
+    with pytest.raises(OSError, match="rename failed"):
+        train_tokenizer(SENTENCES, target, vocab_size=50)
+    assert (target / "spm.model").read_bytes() == before["spm.model"]
+    assert sorted(os.listdir(target)) == ["spm.model", "spm.vocab"]
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="spm.model: file not found"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "spm.model").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="spm.model: .*argument `model_proto`"):
+        load_tokenizer(tmp_path)
+
+
+def test_rejects_models_with_other_special_ids(tmp_path):
+    import io
+
+    import sentencepiece as spm
+
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES),
+        model_writer=writer,
+        vocab_size=60,
+        minloglevel=2,  # Defaults: unk=0, bos=1, eos=2, no pad.
+    )
+    with pytest.raises(ValueError, match="pad=0, unk=1, bos=2, eos=3"):
+        SubwordTokenizer(writer.getvalue())
+
+
+def test_invalid_arguments(tmp_path):
+    with pytest.raises(ValueError, match="argument `vocab_size`"):
+        train_tokenizer(SENTENCES, tmp_path, vocab_size=0)
+    with pytest.raises(ValueError, match="argument `model_type`"):
+        train_tokenizer(SENTENCES, tmp_path, model_type="wordpiece")
+    with pytest.raises(ValueError, match="argument `sentences`"):
+        train_tokenizer(["", "  "], tmp_path)
+    with pytest.raises(ValueError, match="argument `sentences`"):
+        train_tokenizer([1, 2], tmp_path)
+    assert not os.listdir(tmp_path)

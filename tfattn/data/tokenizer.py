@@ -1,0 +1,356 @@
+"""A joint SentencePiece subword vocabulary, usable inside the TF graph.
+
+`train_tokenizer` learns one vocabulary from the sentences of both languages
+(through the sentencepiece Python API, from memory: no temporary files) and
+writes `spm.model` and `spm.vocab` into a model directory, each written to a
+temporary name first and then renamed, so a reader never sees half a file.
+`load_tokenizer` returns a `SubwordTokenizer`: a `tf.Module` around
+`tensorflow_text.SentencepieceTokenizer(model=<serialized model bytes>)`,
+which tokenizes and detokenizes inside `tf.data` and `tf.function` graphs and
+can be saved in a SavedModel (the model bytes are a graph constant).
+
+Special ids are fixed: pad=0, unk=1, bos=2, eos=3. The vocabulary size is read
+from the trained model (`SubwordTokenizer.vocab_size`), never assumed: a
+small corpus may support fewer pieces than requested, and training then
+retries with the largest size the corpus allows.
+"""
+
+import io
+import os
+import re
+import uuid
+
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+from absl import logging
+
+from tfattn.validation import check_choice
+from tfattn.validation import check_positive_int
+from tfattn.validation import invalid_argument
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+MODEL_FILENAME = "spm.model"
+VOCAB_FILENAME = "spm.vocab"
+MODEL_TYPES = ("unigram", "bpe", "char", "word")
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\).*<= (\d+)")
+_TOO_LOW = re.compile(
+    r"Vocabulary size is smaller than required_chars\. "
+    r"(\d+) vs (\d+)"
+)
+
+
+class SubwordTokenizer(tf.Module):
+    """A SentencePiece model wrapped for use in TF graphs.
+
+    Args:
+        model_proto: bytes. A serialized SentencePiece model whose special
+            ids are pad=0, unk=1, bos=2, eos=3.
+        name: str or None. The module name. Defaults to `None`.
+
+    Attributes:
+        vocab_size: int. The number of pieces, special ones included.
+        pad_id, unk_id, bos_id, eos_id: int. 0, 1, 2 and 3.
+        model_proto: bytes. The serialized model.
+
+    Example:
+
+    ```python
+    tokenizer = load_tokenizer("model_dir")
+    ids = tokenizer.tokenize(["A dog runs."])    # int32 RaggedTensor [1, None]
+    text = tokenizer.detokenize(ids)             # tf.string [1]
+    ```
+    """
+
+    def __init__(self, model_proto, name=None):
+        super().__init__(name=name)
+        if not isinstance(model_proto, bytes) or not model_proto:
+            raise invalid_argument(
+                "model_proto",
+                "the bytes of a serialized SentencePiece model",
+                type(model_proto).__name__,
+            )
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError) as error:
+            raise invalid_argument(
+                "model_proto",
+                f"a serialized SentencePiece model ({error})",
+                f"<{len(model_proto)} bytes>",
+            ) from None
+        got = (
+            processor.pad_id(),
+            processor.unk_id(),
+            processor.bos_id(),
+            processor.eos_id(),
+        )
+        if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise invalid_argument(
+                "model_proto",
+                "a model with pad=0, unk=1, bos=2, eos=3 (train it with "
+                "`train_tokenizer`)",
+                f"<model with pad, unk, bos, eos = {got}>",
+            )
+        self._processor = processor
+        self._model_proto = model_proto
+        self.vocab_size = processor.get_piece_size()
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = got
+        self._sp = tf_text.SentencepieceTokenizer(
+            model=model_proto, out_type=tf.int32
+        )
+
+    @property
+    def model_proto(self):
+        return self._model_proto
+
+    def tokenize(self, text):
+        """Strings to piece ids (no bos/eos added).
+
+        Args:
+            text: a `tf.string` scalar or tensor of any rank (or Python str
+                or list of str).
+
+        Returns:
+            int32 ids: a 1-D `tf.Tensor` for a scalar, otherwise a
+            `tf.RaggedTensor` with one more (ragged) axis than `text`.
+        """
+        return self._sp.tokenize(text)
+
+    def detokenize(self, ids, stop_at_eos=True):
+        """Piece ids to strings.
+
+        Padding (id 0), bos and eos decode to nothing. With `stop_at_eos`,
+        every id after the first eos of a row is dropped, which is what a
+        decoder that keeps writing after eos needs.
+
+        Args:
+            ids: int `tf.Tensor` of shape `[T]` or `[B, T]`, or a
+                `tf.RaggedTensor` of shape `[B, None]`.
+            stop_at_eos: bool. Defaults to `True`.
+
+        Returns:
+            A `tf.string` scalar for 1-D ids, otherwise a `[B]` tensor.
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        if ids.shape.rank not in (1, 2):
+            raise invalid_argument(
+                "ids",
+                "a rank-1 or rank-2 tensor of ids",
+                f"<tensor of shape {ids.shape}>",
+            )
+        single = ids.shape.rank == 1
+        if single:
+            ids = ids[tf.newaxis]
+        if stop_at_eos:
+            seen_eos = tf.cumsum(
+                tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=-1
+            )
+            # Keep the first eos itself (it decodes to nothing anyway).
+            after = seen_eos - tf.cast(tf.equal(ids, EOS_ID), tf.int32) > 0
+            ids = tf.where(after, tf.zeros_like(ids), ids)
+        ragged = tf.RaggedTensor.from_tensor(ids, padding=PAD_ID)
+        text = self._sp.detokenize(ragged)
+        return text[0] if single else text
+
+    def id_to_piece(self, token_id):
+        """The piece string of one id (Python, not in-graph)."""
+        return self._processor.id_to_piece(int(token_id))
+
+    def piece_to_id(self, piece):
+        """The id of one piece string (Python, not in-graph); unk if absent."""
+        return self._processor.piece_to_id(piece)
+
+
+def _atomic_write(files):
+    """Writes `{path: bytes}` through temporary names and renames.
+
+    Every file is written in full under a temporary name before the first
+    rename, so an error while writing leaves the old files untouched, and no
+    temporary file survives an error.
+    """
+    temps = {path: f"{path}.tmp-{uuid.uuid4().hex}" for path in files}
+    try:
+        for path, data in files.items():
+            with tf.io.gfile.GFile(temps[path], "wb") as f:
+                f.write(data)
+        for path, tmp in temps.items():
+            tf.io.gfile.rename(tmp, path, overwrite=True)
+    finally:
+        for tmp in temps.values():
+            if tf.io.gfile.exists(tmp):
+                tf.io.gfile.remove(tmp)
+
+
+def _vocab_text(processor):
+    lines = [
+        f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
+        for i in range(processor.get_piece_size())
+    ]
+    return "".join(lines).encode("utf-8")
+
+
+def _train(sentences, vocab_size, options):
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=writer,
+        vocab_size=vocab_size,
+        **options,
+    )
+    return writer.getvalue()
+
+
+def train_tokenizer(
+    sentences,
+    model_dir,
+    vocab_size=8000,
+    model_type="unigram",
+    character_coverage=1.0,
+    split_digits=False,
+    num_threads=1,
+    seed=0,
+):
+    """Learns a joint SentencePiece vocabulary and writes it to `model_dir`.
+
+    Training is deterministic for the same sentences, options and
+    `num_threads` (the learnt pieces depend on the thread count, so it
+    defaults to 1). The files `model_dir/spm.model` and `model_dir/spm.vocab`
+    (one `piece<TAB>score` line per id) are replaced atomically.
+
+    Args:
+        sentences: iterable of str or bytes. Training text of both languages,
+            e.g. every source and every target sentence of the training
+            split. Read once into memory.
+        model_dir: str or path-like. Directory to write into (created if
+            needed; `gs://` works).
+        vocab_size: int. Requested number of pieces, special ones included.
+            If the corpus supports fewer, training is repeated with the
+            largest size it supports and a warning is logged. Defaults to
+            `8000`.
+        model_type: str. One of `'unigram'`, `'bpe'`, `'char'`, `'word'`.
+            Defaults to `'unigram'`.
+        character_coverage: float in (0, 1]. Share of characters covered by
+            the vocabulary; the rest map to unk. Defaults to `1.0`.
+        split_digits: bool. Make every digit its own piece (use it for the
+            numbers task). Defaults to `False`.
+        num_threads: int. Trainer threads. Defaults to `1`.
+        seed: int. Seed of sentencepiece's random generator. Defaults to `0`.
+
+    Returns:
+        The `SubwordTokenizer` of the trained model.
+    """
+    vocab_size = check_positive_int("vocab_size", vocab_size)
+    check_choice("model_type", model_type, MODEL_TYPES)
+    if (
+        isinstance(character_coverage, bool)
+        or not isinstance(character_coverage, (int, float))
+        or not 0 < character_coverage <= 1
+    ):
+        raise invalid_argument(
+            "character_coverage", "a float in (0, 1]", character_coverage
+        )
+    if not isinstance(split_digits, bool):
+        raise invalid_argument("split_digits", "a Python bool", split_digits)
+    num_threads = check_positive_int("num_threads", num_threads)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise invalid_argument("seed", "a non-negative integer", seed)
+
+    texts = []
+    for i, sentence in enumerate(sentences):
+        if isinstance(sentence, bytes):
+            sentence = sentence.decode("utf-8")
+        if not isinstance(sentence, str):
+            raise invalid_argument(
+                "sentences",
+                f"an iterable of str or bytes (item {i} is "
+                f"{type(sentence).__name__})",
+                sentence,
+            )
+        if sentence.strip():
+            texts.append(sentence)
+    if not texts:
+        raise invalid_argument(
+            "sentences", "at least one non-empty sentence", "<no text>"
+        )
+
+    options = dict(
+        model_type=model_type,
+        character_coverage=float(character_coverage),
+        split_digits=split_digits,
+        num_threads=num_threads,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        minloglevel=2,
+    )
+    spm.set_random_generator_seed(seed)
+    requested = vocab_size
+    try:
+        model = _train(texts, vocab_size, options)
+    except RuntimeError as error:
+        too_high = _TOO_HIGH.search(str(error))
+        too_low = _TOO_LOW.search(str(error))
+        if too_low:
+            raise invalid_argument(
+                "vocab_size",
+                f"at least {too_low.group(2)} (the special pieces and the "
+                "characters of the corpus; or lower `character_coverage`)",
+                vocab_size,
+            ) from None
+        if not too_high:
+            raise
+        vocab_size = int(too_high.group(2))
+        logging.warning(
+            "The corpus supports at most %d pieces; training with "
+            "vocab_size=%d instead of the requested %d.",
+            vocab_size,
+            vocab_size,
+            requested,
+        )
+        spm.set_random_generator_seed(seed)
+        model = _train(texts, vocab_size, options)
+
+    tokenizer = SubwordTokenizer(model)
+    model_dir = str(model_dir)
+    tf.io.gfile.makedirs(model_dir)
+    # The model goes first: it is the file read back; the vocab is for people.
+    _atomic_write(
+        {
+            os.path.join(model_dir, MODEL_FILENAME): model,
+            os.path.join(model_dir, VOCAB_FILENAME): _vocab_text(
+                tokenizer._processor
+            ),
+        }
+    )
+    return tokenizer
+
+
+def load_tokenizer(model_dir):
+    """Loads `model_dir/spm.model` as a `SubwordTokenizer`.
+
+    Args:
+        model_dir: str or path-like. The directory `train_tokenizer` wrote.
+
+    Returns:
+        A `SubwordTokenizer`.
+    """
+    path = os.path.join(str(model_dir), MODEL_FILENAME)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(
+            f"{path}: file not found (train a vocabulary first with "
+            "`tfattn.data.train_tokenizer(sentences, model_dir)`)"
+        )
+    with tf.io.gfile.GFile(path, "rb") as f:
+        model = f.read()
+    try:
+        return SubwordTokenizer(model)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
