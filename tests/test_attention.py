@@ -50,3 +50,44 @@ def test_split_and_merge_heads_layout():
     assert heads.shape == (2, 3, 3, 2)
     np.testing.assert_array_equal(heads[:, 1], x[:, :, 2:4])  # head 1 = channels 2..3
     np.testing.assert_array_equal(attention.merge_heads(heads), x)
+
+
+def test_query_chunks_give_the_same_outputs_and_gradients():
+    import tensorflow as tf
+
+    from tfattn.ops import masking
+
+    rng = np.random.default_rng(1)
+    q, k, v = (tf.constant(rng.normal(size=(2, 2, 7, 4)).astype("float32"))
+               for _ in range(3))
+    pad = np.ones((2, 7), bool)
+    pad[1, -2:] = False
+    mask = masking.as_score_mask(padding=pad, causal=masking.causal_mask(7, 7))
+    bias = rng.normal(size=(2, 1, 1, 7)).astype("float32")
+    mult = rng.random((2, 1, 7, 1)).astype("float32")
+
+    def run(chunk):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out, w = attention.scaled_dot_product_attention(
+                q, k, v, mask=mask, bias=bias, probs_multiplier=mult,
+                query_chunk_size=chunk,
+            )
+            loss = tf.reduce_sum(out ** 2)
+        return out, w, tape.gradient(loss, [q, k, v])
+
+    out, w, grads = run(None)
+    for chunk in (3, 5):
+        c_out, c_w, c_grads = run(chunk)
+        np.testing.assert_allclose(c_out, out, atol=1e-6)
+        np.testing.assert_allclose(c_w, w, atol=1e-7)
+        for a, b in zip(c_grads, grads):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_auto_chunking_threshold():
+    assert attention._chunk_size("auto", 1024, 1024) is None
+    assert attention._chunk_size("auto", 4096, 1024) == attention.AUTO_CHUNK_SIZE
+    assert attention._chunk_size(None, 8192, 8192) is None
+    assert attention._chunk_size(16, 8, 8) is None  # shorter than one chunk
+    assert attention._chunk_size("auto", None, 8192) is None

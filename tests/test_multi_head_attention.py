@@ -450,3 +450,19 @@ def test_cache_errors_name_the_argument():
         plain(x[:, :1], cache=plain.init_cache(B, 3), cache_index=0)
     with pytest.raises(ValueError, match=r"argument `padding_mask`.*\[B, T_k\].*shape \(2, 4\)"):
         layer(x, padding_mask=np.ones((B, 4), bool))
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_query_chunking_changes_no_number(flavor):
+    x = _inputs()
+    layer = _built(flavor, x, causality=True, query_chunk_size=2)
+    plain = tfattn.MultiHeadAttention(num_heads=H, flavor=flavor, causality=True,
+                                      query_chunk_size=None)
+    plain(x)
+    plain.set_weights(layer.get_weights())
+    np.testing.assert_allclose(layer(x), plain(x), atol=1e-6)
+
+
+def test_query_chunk_size_is_checked():
+    with pytest.raises(ValueError, match=r"argument `query_chunk_size`.*query_chunk_size=0"):
+        tfattn.MultiHeadAttention(query_chunk_size=0)

@@ -66,6 +66,12 @@ class MultiHeadAttention(keras.layers.Layer):
         flavor: one of `"paper"`, `"reference_2017"`, `"reference_2019"`.
             Defaults to `"paper"`.
         seed: int or None. Seed of the attention dropout. Defaults to `None`.
+        query_chunk_size: "auto", int or None. Attend in chunks of this many
+            queries, recomputing each chunk's scores in the backward pass, so
+            that long sequences need one chunk's [B, H, chunk, T_k] scores in
+            memory instead of all of them; same numbers. "auto" chunks by 512
+            once T_q·T_k >= 2048²; None never chunks. Not used while
+            dropout is active. Defaults to `"auto"`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -114,9 +120,14 @@ class MultiHeadAttention(keras.layers.Layer):
         causality=False,
         flavor="paper",
         seed=None,
+        query_chunk_size="auto",
         **kwargs,
     ):
         num_heads = validation.check_positive_int("num_heads", num_heads, _CONTEXT)
+        if query_chunk_size not in (None, "auto"):
+            validation.check_positive_int(
+                "query_chunk_size", query_chunk_size, _CONTEXT
+            )
         if num_units is not None:
             num_units = validation.check_positive_int(
                 "num_units", num_units, _CONTEXT
@@ -132,6 +143,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.causality = causality
         self.flavor = flavor
         self.seed = seed
+        self.query_chunk_size = query_chunk_size
         self.supports_masking = True
 
     def build(self, queries_shape, keys_shape=None, values_shape=None):
@@ -250,6 +262,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 query_keep = ops.cast(masking.nonzero_rows(queries), "float32")
                 probs_multiplier = query_keep[:, None, :, None]
 
+        dropout = None
+        if self.dropout_rate > 0 and training is not None and training is not False:
+            dropout = lambda w: self.attention_dropout(w, training=training)  # noqa: E731
         output, weights = attention_ops.scaled_dot_product_attention(
             query,
             key,
@@ -257,7 +272,9 @@ class MultiHeadAttention(keras.layers.Layer):
             mask=mask,
             bias=bias,
             probs_multiplier=probs_multiplier,
-            dropout=lambda w: self.attention_dropout(w, training=training),
+            dropout=dropout,
+            query_chunk_size=self.query_chunk_size,
+            return_weights=return_attention_scores,
         )
         output = attention_ops.merge_heads(output)
         if self.flavor == "paper":
@@ -418,6 +435,7 @@ class MultiHeadAttention(keras.layers.Layer):
             causality=self.causality,
             flavor=self.flavor,
             seed=self.seed,
+            query_chunk_size=self.query_chunk_size,
         )
         return config
 

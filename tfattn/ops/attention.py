@@ -12,9 +12,16 @@ float32. The referenced constant -2**32+1 therefore stays finite under
 the reference (never NaN), and float32 keeps the reference's exact numbers.
 """
 
+import tensorflow as tf
 from keras import ops
 
 from tfattn.ops.masking import REFERENCE_MASK_VALUE
+
+# `query_chunk_size="auto"` chunks only long attention: at least this many
+# scores per batch element and head (2048 x 2048), where the [T_q, T_k]
+# matrices, not the projections, dominate memory.
+AUTO_CHUNK_MIN_SCORES = 2048 * 2048
+AUTO_CHUNK_SIZE = 512
 
 
 def scaled_dot_product_attention(
@@ -27,6 +34,8 @@ def scaled_dot_product_attention(
     dropout=None,
     scale=None,
     mask_value=REFERENCE_MASK_VALUE,
+    query_chunk_size=None,
+    return_weights=True,
 ):
     """softmax(Q Kᵀ · scale + bias, masked) · V.
 
@@ -44,13 +53,28 @@ def scaled_dot_product_attention(
         dropout: callable applied to the weights before A·V, or None.
         scale: float. Defaults to `1/sqrt(d)`. Applied to the query.
         mask_value: float. Defaults to the reference's -2**32+1.
+        query_chunk_size: None, an int, or "auto". Process the queries in
+            chunks of this many positions, each chunk's scores recomputed in
+            the backward pass instead of stored (`tf.recompute_grad`), so
+            peak memory holds one chunk's [B, H, chunk, T_k] scores instead of
+            all [B, H, T_q, T_k]. The numbers are the same. "auto" chunks by
+            512 when T_q·T_k >= 2048². Ignored with `dropout` (recomputation
+            would draw a new dropout mask) or an unknown static T_q.
+        return_weights: bool. With False, `weights` is None (saves memory in
+            the chunked path, which would otherwise concatenate them).
 
     Returns:
         (output [B, H, T_q, d_v] in the value dtype, weights [B, H, T_q, T_k]
-        float32, before dropout).
+        float32, before dropout, or None).
     """
     if scale is None:
         scale = 1.0 / float(query.shape[-1]) ** 0.5
+    chunk = _chunk_size(query_chunk_size, query.shape[2], key.shape[2])
+    if chunk is not None and dropout is None:
+        return _chunked_attention(
+            query, key, value, mask, bias, probs_multiplier, scale, mask_value,
+            chunk, return_weights,
+        )
     # Scaling Q (B·T·d values) is cheaper than scaling the scores (B·T_q·T_k).
     query = query * ops.cast(scale, query.dtype)
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
@@ -64,7 +88,58 @@ def scaled_dot_product_attention(
         weights = weights * ops.cast(probs_multiplier, "float32")
     probs = weights if dropout is None else dropout(weights)
     output = ops.matmul(ops.cast(probs, value.dtype), value)
-    return output, weights
+    return output, (weights if return_weights else None)
+
+
+def _chunk_size(query_chunk_size, query_length, key_length):
+    if query_chunk_size is None or query_length is None:
+        return None
+    if query_chunk_size == "auto":
+        if key_length is None or query_length * key_length < AUTO_CHUNK_MIN_SCORES:
+            return None
+        query_chunk_size = AUTO_CHUNK_SIZE
+    return query_chunk_size if query_length > query_chunk_size else None
+
+
+def _query_slice(tensor, start, stop):
+    """Slices the T_q axis (second to last) of a mask-like tensor if it has one."""
+    if tensor is None or tensor.shape[-2] == 1:
+        return tensor
+    return tensor[..., start:stop, :]
+
+
+def _chunked_attention(
+    query, key, value, mask, bias, probs_multiplier, scale, mask_value, chunk,
+    return_weights,
+):
+    outputs, weights = [], []
+    length = query.shape[2]
+    for start in range(0, length, chunk):
+        stop = min(start + chunk, length)
+        chunk_mask = _query_slice(mask, start, stop)
+        chunk_bias = _query_slice(bias, start, stop)
+        chunk_multiplier = _query_slice(probs_multiplier, start, stop)
+
+        def attend(q, k, v, chunk_mask=chunk_mask, chunk_bias=chunk_bias,
+                   chunk_multiplier=chunk_multiplier):
+            out, _ = scaled_dot_product_attention(
+                q, k, v, mask=chunk_mask, bias=chunk_bias,
+                probs_multiplier=chunk_multiplier, scale=scale,
+                mask_value=mask_value, return_weights=False,
+            )
+            return out
+
+        q = query[:, :, start:stop]
+        outputs.append(tf.recompute_grad(attend)(q, key, value))
+        if return_weights:
+            _, w = scaled_dot_product_attention(
+                q, key, value, mask=chunk_mask, bias=chunk_bias,
+                probs_multiplier=chunk_multiplier, scale=scale,
+                mask_value=mask_value,
+            )
+            weights.append(w)
+    output = ops.concatenate(outputs, axis=2)
+    return output, (ops.concatenate(weights, axis=2) if return_weights else None)
 
 
 def split_heads(x, num_heads):
