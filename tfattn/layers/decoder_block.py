@@ -1,6 +1,7 @@
 """`DecoderBlock`: masked self-attention, encoder-decoder attention, feed-forward."""
 
 import keras
+import tensorflow as tf
 
 from tfattn import validation
 from tfattn.layers.block_base import BlockBase
@@ -67,7 +68,7 @@ class DecoderBlock(BlockBase):
         cache=None,
         cache_index=None,
     ):
-        self._check_call(memory, cache, cache_index)
+        self._check_call(x, memory, cache, cache_index)
         if padding_mask is None:
             padding_mask = masking.implicit_mask(x)
         self_cache = None if cache is None else cache["self"]
@@ -109,12 +110,14 @@ class DecoderBlock(BlockBase):
             )
         return cache
 
-    def _check_call(self, memory, cache, cache_index):
+    def _check_call(self, x, memory, cache, cache_index):
         if cache is not None and cache_index is None:
             raise validation.invalid_argument(
                 "cache_index", "the position (scalar int tensor) of the first "
                 "token when a cache is given", None, self._context,
             )
+        if cache is not None:
+            self._check_cache_room(x, cache, cache_index)
         if not self.use_cross_attention:
             if memory is not None:
                 raise validation.invalid_argument(
@@ -127,6 +130,30 @@ class DecoderBlock(BlockBase):
                 "memory", "the encoder output [B, S, C] (this block has "
                 "cross-attention; build it with use_cross_attention=False for "
                 "a decoder-only model)", None, self._context,
+            )
+
+    def _check_cache_room(self, x, cache, cache_index):
+        """Raises when the tokens would be written past the cache's end.
+
+        The write itself cannot fail: out-of-range slice updates are clamped
+        (they would silently overwrite the last slots). Checked whenever the
+        position is known while tracing (eager calls, Python ints); inside a
+        compiled decoding loop the caller sizes the cache.
+        """
+        self_cache = cache.get("self") if isinstance(cache, dict) else None
+        key = None if self_cache is None else self_cache.get("key")
+        length = None if key is None else validation.shape_of(key)[2]
+        steps = validation.shape_of(x)[1]
+        index = tf.get_static_value(cache_index)
+        if None in (length, steps, index):
+            return
+        if int(index) < 0 or int(index) + steps > length:
+            raise validation.invalid_argument(
+                "cache_index",
+                f"a position p >= 0 with p + {steps} (tokens) <= {length}, "
+                "the length of the cache (build it with a larger max_length)",
+                int(index),
+                self._context,
             )
 
     def compute_output_shape(self, x_shape, memory_shape=None):

@@ -338,6 +338,13 @@ class Transformer(keras.Model):
                 name, "int token ids of shape [B, T]",
                 f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT,
             )
+        if shape[1] is not None and shape[1] > self.max_length:
+            raise validation.invalid_argument(
+                name,
+                f"at most the positional table's max_length={self.max_length} "
+                "positions (build the model with a larger max_length)",
+                f"<tensor of shape {shape}>", _CONTEXT,
+            )
 
     def _check_decode_length(self, max_length):
         if max_length > self.max_length:
