@@ -1,0 +1,128 @@
+"""Training throughput: tfattn.Transformer against the same model from keras-hub layers.
+
+Both models: the same sizes (layers, width, heads, FFN, vocabulary), separate
+source/target embeddings and an untied output layer, post-norm, dropout 0.1,
+Adam, the same label-smoothed loss, the same batches, each step a
+`tf.function` (optionally XLA). keras-hub's model is built from
+`TokenAndPositionEmbedding`, `TransformerEncoder` and `TransformerDecoder`
+(its positions are learned, ours the sinusoid). Rounds are interleaved in one
+process; the best round of each is reported, in target tokens per second.
+
+    python bench/training.py                         # float32, batch 64 x 32
+    python bench/training.py --policies float32,mixed_bfloat16 --jit
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tfattn  # noqa: E402
+from tfattn import losses  # noqa: E402
+
+
+def keras_hub_model(args):
+    import keras_hub
+
+    source = keras.Input((None,), dtype="int32", name="source")
+    target_in = keras.Input((None,), dtype="int32", name="target_in")
+    x = keras_hub.layers.TokenAndPositionEmbedding(
+        args.vocab, args.length, args.units, mask_zero=True)(source)
+    for _ in range(args.layers):
+        x = keras_hub.layers.TransformerEncoder(
+            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6)(x)
+    y = keras_hub.layers.TokenAndPositionEmbedding(
+        args.vocab, args.length, args.units, mask_zero=True)(target_in)
+    for _ in range(args.layers):
+        y = keras_hub.layers.TransformerDecoder(
+            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6)(y, x)
+    logits = keras.layers.Dense(args.vocab, dtype="float32")(y)
+    return keras.Model({"source": source, "target_in": target_in}, logits)
+
+
+def tfattn_model(args):
+    return tfattn.Transformer(
+        args.vocab, target_vocab_size=args.vocab, num_layers=args.layers,
+        num_units=args.units, num_heads=args.heads, ffn_units=4 * args.units,
+        dropout_rate=0.1, share_embeddings=False, tie_output=False,
+        max_length=args.length,
+    )
+
+
+def make_step(model, optimizer, jit):
+    @tf.function(jit_compile=jit)
+    def step(inputs, labels):
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=True)
+            loss = losses.smoothed_cross_entropy(labels, logits)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return step
+
+
+def batches(args, count):
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(count):
+        ids = rng.integers(4, args.vocab, size=(3, args.batch, args.length)).astype("int32")
+        out.append(({"source": ids[0], "target_in": ids[1]}, ids[2]))
+    return out
+
+
+def run(args, policy):
+    keras.config.set_dtype_policy(policy)
+    data = batches(args, args.steps)
+    steps = {}
+    params = {}
+    for name, build in (("tfattn", tfattn_model), ("keras-hub", keras_hub_model)):
+        model = build(args)
+        model(data[0][0])
+        params[name] = model.count_params()
+        steps[name] = make_step(model, keras.optimizers.Adam(1e-4), args.jit)
+        steps[name](*data[0])  # compile
+    best = {name: float("inf") for name in steps}
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for inputs, labels in data:
+                loss = step(inputs, labels)
+            float(loss)
+            best[name] = min(best[name], time.perf_counter() - start)
+    keras.config.set_dtype_policy("float32")
+    tokens = args.steps * args.batch * args.length
+    return {name: tokens / seconds for name, seconds in best.items()}, params
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--units", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--policies", default="float32")
+    parser.add_argument("--jit", action="store_true")
+    args = parser.parse_args()
+    print(f"batch {args.batch} x {args.length}, {args.layers}+{args.layers} layers, width "
+          f"{args.units}, vocab {args.vocab}; XLA {args.jit}; best of {args.rounds} "
+          f"rounds x {args.steps} steps")
+    for policy in args.policies.split(","):
+        speed, params = run(args, policy)
+        print(f"{policy:15} tfattn {speed['tfattn']:7.0f} tok/s ({params['tfattn'] / 1e6:.1f}M)"
+              f"  keras-hub {speed['keras-hub']:7.0f} tok/s ({params['keras-hub'] / 1e6:.1f}M)"
+              f"  ratio {speed['tfattn'] / speed['keras-hub']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
