@@ -1,0 +1,254 @@
+"""Tests for the string -> string SavedModel export (`tfattn.export`).
+
+One tiny, untrained Transformer (1 layer, width 16) and a tiny SentencePiece
+vocabulary serve every test: they check the plumbing (signature, in-graph
+tokenisation and beam search, atomic writes), not translation quality.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfattn
+from tfattn import export
+from tfattn.data import numbers_splits
+from tfattn.data import train_tokenizer
+from tfattn.evaluation import translate_texts
+
+BEAM = 2
+EXTRA = 5
+MAX_LENGTH = 32
+# The last two are cut to max_source_length = 32 - 5 = 27 pieces (EOS
+# included) and empty; both paths must treat them alike.
+TEXTS = ["12", "345", "7", "1000", "99", "4072", "", "1" * 40]
+SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable),
+                               "saved_model_cli")
+
+
+def _build_model(vocab_size):
+    model = tfattn.Transformer(
+        vocab_size, num_layers=1, num_units=16, num_heads=2, ffn_units=32,
+        dropout_rate=0.0, max_length=MAX_LENGTH, seed=7,
+    )
+    model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    # Seed first: reseeding clears the eager kernel cache, and with it the
+    # SentencePiece resource of any tokenizer made before.
+    keras.utils.set_random_seed(0)
+    pairs = numbers_splits(max_value=1200, num_validation=20,
+                           num_test=20)["train"][:300]
+    tokenizer = train_tokenizer(
+        [s for pair in pairs for s in pair],
+        tmp_path_factory.mktemp("spm"), vocab_size=40, split_digits=True,
+    )
+    return _build_model(tokenizer.vocab_size), tokenizer
+
+
+@pytest.fixture(scope="module")
+def exported(tiny, tmp_path_factory):
+    model, tokenizer = tiny
+    export_dir = tmp_path_factory.mktemp("exports") / "translator"
+    export.export_translator(model, tokenizer, export_dir, beam_size=BEAM,
+                             extra_length=EXTRA)
+    return export_dir
+
+
+@pytest.fixture(scope="module")
+def expected(tiny):
+    model, tokenizer = tiny
+    return translate_texts(model, tokenizer, TEXTS, beam_size=BEAM,
+                           extra_length=EXTRA)
+
+
+def _run(args, timeout=300):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run(args, capture_output=True, text=True, env=env,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_export_layout(exported):
+    names = set(os.listdir(exported))
+    assert {"saved_model.pb", "variables", "model.keras",
+            "spm.model"} <= names
+    leftovers = [n for n in os.listdir(exported.parent) if n.startswith(".")]
+    assert leftovers == []
+
+
+@pytest.mark.slow
+def test_fresh_process_matches_translate_texts(exported, expected):
+    """Loaded with only tensorflow and tensorflow_text: in-process outputs."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+        loaded = tf.saved_model.load({str(exported)!r})
+        fn = loaded.signatures["serving_default"]
+        out = fn(sentences=tf.constant({TEXTS!r}))
+        print(json.dumps(dict(
+            translations=[t.decode("utf-8")
+                          for t in out["translations"].numpy()],
+            scores=[float(s) for s in out["scores"].numpy()],
+            method=[t.decode("utf-8") for t in loaded.translate(
+                tf.constant({TEXTS!r}))["translations"].numpy()],
+            settings=[int(loaded.beam_size.numpy()),
+                      int(loaded.max_source_length.numpy()),
+                      int(loaded.max_length.numpy())],
+            tfattn_loaded="tfattn" in sys.modules,
+        )))
+    """)
+    out = json.loads(_run([sys.executable, "-c", script]).splitlines()[-1])
+    assert not out["tfattn_loaded"]
+    assert out["translations"] == expected
+    assert out["method"] == expected
+    assert len(out["scores"]) == len(TEXTS)
+    assert all(np.isfinite(out["scores"])) and max(out["scores"]) < 0
+    assert out["settings"] == [BEAM, MAX_LENGTH - EXTRA, MAX_LENGTH]
+
+
+def test_in_process_load_matches(exported, expected):
+    loaded = export.load_translator(exported)
+    out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
+    assert out["translations"].dtype == tf.string
+    assert out["scores"].dtype == tf.float32
+    assert [t.decode() for t in out["translations"].numpy()] == expected
+    empty = loaded.translate(tf.constant([], tf.string))
+    assert empty["translations"].shape == (0,)
+
+
+def test_saved_model_cli_show(exported):
+    out = _run([SAVED_MODEL_CLI, "show", "--dir", str(exported), "--tag_set",
+                "serve", "--signature_def", "serving_default"])
+    assert "inputs['sentences']" in out
+    assert "outputs['translations']" in out
+    assert "outputs['scores']" in out
+    assert out.count("DT_STRING") == 2 and "DT_FLOAT" in out
+
+
+@pytest.mark.slow
+def test_saved_model_cli_run(tiny, exported):
+    # saved_model_cli does not load tensorflow-text's op library itself, so
+    # it runs with tensorflow_text imported first (TF Serving links the ops).
+    launcher = ("import sys, tensorflow_text; "
+                "from tensorflow.python.tools.saved_model_cli import main; "
+                "sys.argv[0] = 'saved_model_cli'; sys.exit(main())")
+    out = _run([sys.executable, "-c", launcher, "run", "--dir",
+                str(exported), "--tag_set", "serve", "--signature_def",
+                "serving_default", "--input_exprs", 'sentences=["12"]'])
+    model, tokenizer = tiny
+    [want] = translate_texts(model, tokenizer, ["12"], beam_size=BEAM,
+                             extra_length=EXTRA)
+    assert "Result for output key translations:" in out
+    assert "Result for output key scores:" in out
+    assert repr([want.encode()]).replace(",", "") in out
+
+
+def test_keras_file_reloads_with_identical_logits(tiny, exported):
+    model, _ = tiny
+    reloaded = keras.saving.load_model(exported / "model.keras")
+    source = np.array([[5, 6, 7, 3], [8, 3, 0, 0]], "int32")
+    target = np.array([[2, 9, 10], [2, 11, 0]], "int32")
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model((source, target))),
+        keras.ops.convert_to_numpy(reloaded((source, target))),
+    )
+
+
+def test_refuses_existing_dir(tiny, exported):
+    model, tokenizer = tiny
+    before = sorted(os.listdir(exported))
+    with pytest.raises(FileExistsError, match=str(exported)):
+        export.export_translator(model, tokenizer, exported)
+    assert sorted(os.listdir(exported)) == before
+
+
+def test_refuses_existing_keras_path(tiny, tmp_path):
+    model, tokenizer = tiny
+    keras_path = tmp_path / "model.keras"
+    keras_path.write_bytes(b"old")
+    with pytest.raises(FileExistsError, match="model.keras"):
+        export.export_translator(model, tokenizer, tmp_path / "out",
+                                 keras_path=keras_path)
+    assert sorted(os.listdir(tmp_path)) == ["model.keras"]
+
+
+def test_invalid_arguments(tiny, tmp_path):
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match="argument `max_source_length`"):
+        export.export_translator(model, tokenizer, tmp_path / "a",
+                                 max_source_length=MAX_LENGTH + 1)
+    with pytest.raises(ValueError, match="argument `beam_size`"):
+        export.export_translator(model, tokenizer, tmp_path / "a",
+                                 beam_size=0)
+    with pytest.raises(ValueError, match="argument `export_dir`"):
+        export.export_translator(model, tokenizer, "gs://bucket/x")
+    with pytest.raises(ValueError, match="argument `keras_path`"):
+        export.export_translator(model, tokenizer, tmp_path / "a",
+                                 keras_path=tmp_path / "m.h5")
+    with pytest.raises(ValueError, match="argument `tokenizer`"):
+        export.export_translator(model, "spm.model", tmp_path / "a")
+    assert os.listdir(tmp_path) == []
+
+
+def test_forced_failure_leaves_nothing(tiny, tmp_path, monkeypatch):
+    model, tokenizer = tiny
+
+    def half_written(translator, directory):
+        os.makedirs(directory)
+        with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export, "_save_saved_model", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        export.export_translator(model, tokenizer, tmp_path / "out")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_overwrite(tiny, tmp_path, monkeypatch):
+    """A failed overwrite keeps the old export; a good one replaces it."""
+    model, tokenizer = tiny
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old export")
+
+    # A failure late in the export (after the SavedModel is written).
+    def broken_save(model, path):
+        raise RuntimeError("keras save failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(export, "_save_keras", broken_save)
+        with pytest.raises(RuntimeError, match="keras save failed"):
+            export.export_translator(model, tokenizer, target,
+                                     overwrite=True, beam_size=1,
+                                     extra_length=EXTRA)
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert os.listdir(target) == ["old.txt"]
+
+    keras_path = tmp_path / "keras" / "tiny.keras"
+    export.export_translator(model, tokenizer, target, overwrite=True,
+                             beam_size=1, extra_length=EXTRA,
+                             keras_path=keras_path)
+    assert sorted(os.listdir(tmp_path)) == ["keras", "out"]
+    assert os.listdir(tmp_path / "keras") == ["tiny.keras"]
+    assert "old.txt" not in os.listdir(target)
+    assert "model.keras" not in os.listdir(target)
+    loaded = export.load_translator(target)
+    assert int(loaded.beam_size.numpy()) == 1
+    greedy = translate_texts(model, tokenizer, TEXTS[:3], beam_size=1,
+                             extra_length=EXTRA)
+    out = loaded.translate(tf.constant(TEXTS[:3]))["translations"].numpy()
+    assert [t.decode() for t in out] == greedy

@@ -1,0 +1,295 @@
+"""Export a trained `Transformer` as a string -> string SavedModel.
+
+`export_translator` writes a SavedModel whose `serving_default` signature
+takes one input, `sentences` (a `[batch]` `tf.string` tensor of source
+text), and returns `translations` (`[batch]` `tf.string`, detokenised, cut
+at EOS) and `scores` (`[batch]` float32, the length-penalised beam score).
+Everything runs inside the graph: SentencePiece tokenisation (a
+`tensorflow_text.SentencepieceTokenizer` built from the serialized model
+bytes, held by the exported `tf.Module`, see TRAPS.md item 7), truncation,
+EOS and padding, the encoder, the cached beam search in one
+`tf.while_loop`, and detokenisation. A client needs only TensorFlow and
+tensorflow-text:
+
+```python
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+translator = tf.saved_model.load("export_dir")
+out = translator.signatures["serving_default"](
+    sentences=tf.constant(["A dog runs."]))
+out["translations"], out["scores"]
+```
+
+The export directory also holds `model.keras` (the Keras model, for
+fine-tuning or Python-side decoding) and `spm.model` (its vocabulary).
+
+Lengths. The decode buffer must have a static length L. Sources are cut to
+`max_source_length` pieces (EOS included; by default the model's
+`max_length - extra_length`) and L = `min(max_source_length + extra_length,
+model.max_length)`; each row stops at its own source length plus
+`extra_length`. The source itself keeps a dynamic length (the longest row of
+the request), so short requests do not pay for the encoder at full length.
+A smaller `max_source_length` gives a shorter buffer and faster decoding.
+"""
+
+import os
+import shutil
+import uuid
+
+import tensorflow as tf
+
+from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.evaluation import decode_lengths
+from tfattn.evaluation import encode_for_translation
+from tfattn.evaluation import model_proto_of
+from tfattn.validation import check_non_negative_float
+from tfattn.validation import check_positive_int
+from tfattn.validation import invalid_argument
+
+_CONTEXT = "export_translator"
+KERAS_FILENAME = "model.keras"
+VOCAB_FILENAME = "spm.model"
+SIGNATURE_KEY = "serving_default"
+
+
+class Translator(tf.Module):
+    """The exported module: the Keras model, the tokenizer and `translate`.
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        model_proto: bytes. Its serialized SentencePiece model.
+        beam_size, alpha, extra_length: decoding settings, fixed in the
+            graph.
+        max_source_length: int or None. See `tfattn.evaluation.
+            decode_lengths`.
+    """
+
+    def __init__(self, model, model_proto, beam_size=4, alpha=0.6,
+                 extra_length=50, max_source_length=None, name=None):
+        super().__init__(name=name)
+        # Only the model's variables are saved, not the Keras object: saving
+        # a tracked Keras 3 model also traces its default `serving_default`
+        # (a float32 call signature, which an int-input model rejects).
+        # `trace` tracks the tf.Variables the traced graph reads, as Keras'
+        # own `ExportArchive` does (tracking the Keras variable wrappers
+        # instead leaves a SavedModel that TF1-style loaders such as
+        # `saved_model_cli run` cannot restore).
+        self._set_model(model)
+        # The tensorflow-text tokenizer (inside `SubwordTokenizer`) keeps the
+        # model bytes as a graph constant: nothing outside the SavedModel.
+        self.tokenizer = SubwordTokenizer(model_proto)
+        self._beam_size = beam_size
+        self._alpha = alpha
+        self._extra_length = extra_length
+        self._max_source_length, self._max_length = decode_lengths(
+            model, extra_length, max_source_length
+        )
+        # Saved as (non-trainable) variables of the loaded object, so that a
+        # client can read how the export decodes: `loaded.beam_size.numpy()`.
+        settings = dict(
+            beam_size=(beam_size, tf.int32),
+            alpha=(alpha, tf.float32),
+            extra_length=(extra_length, tf.int32),
+            max_source_length=(self._max_source_length, tf.int32),
+            max_length=(self._max_length, tf.int32),
+        )
+        for key, (value, dtype) in settings.items():
+            setattr(self, key, tf.Variable(value, dtype=dtype,
+                                           trainable=False, name=key))
+
+    @property
+    def model(self):
+        """The Keras model (not saved as an object; its variables are)."""
+        return self._model
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _set_model(self, model):
+        self._model = model
+
+    def trace(self):
+        """Traces `translate`; returns its concrete function for saving."""
+        concrete = self.translate.get_concrete_function()
+        self.model_variables = list(concrete.variables)
+        return concrete
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="sentences")
+    ])
+    def translate(self, sentences):
+        """`[B]` strings -> `{'translations': [B] strings, 'scores': [B]}`."""
+        source = encode_for_translation(
+            self.tokenizer, sentences, self._max_source_length
+        )
+        ids, scores = self.model.generate(
+            source, beam_size=self._beam_size, alpha=self._alpha,
+            max_length=self._max_length, extra_length=self._extra_length,
+        )
+        return {
+            "translations": self.tokenizer.detokenize(ids),
+            "scores": tf.cast(scores, tf.float32),
+        }
+
+
+def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
+                      extra_length=50, max_source_length=None,
+                      overwrite=False, keras_path=None):
+    """Writes a string -> string SavedModel of `model`, atomically.
+
+    The export is built in a temporary sibling directory (`.NAME.tmp-*`) and
+    renamed to `export_dir` only once complete, so `export_dir` never holds
+    half an export and a failure leaves nothing behind. With
+    `overwrite=True` an existing `export_dir` is moved aside, the new one is
+    renamed into place, and only then is the old one deleted (restored if
+    that rename fails). Atomic on a local POSIX filesystem; export locally
+    and copy to remote storage.
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: its `tfattn.data.SubwordTokenizer` (or the bytes of the
+            SentencePiece model).
+        export_dir: str or path-like. Local directory to create.
+        beam_size: int. 1 = greedy search. Defaults to `4`.
+        alpha: float. Length penalty. Defaults to `0.6`.
+        extra_length: int. Outputs stop at their source length plus this.
+            Defaults to `50`.
+        max_source_length: int or None. Sources are cut to this many pieces
+            (EOS included). Defaults to `model.max_length - extra_length`.
+        overwrite: bool. Replace an existing `export_dir`. Defaults to
+            `False` (an existing one is an error).
+        keras_path: str, path-like or None. Where to write the `.keras`
+            model file instead of `export_dir/model.keras` (must end in
+            `.keras`; written atomically, refused if it exists unless
+            `overwrite`). Defaults to `None`.
+
+    Returns:
+        str, the absolute `export_dir`.
+
+    Raises:
+        FileExistsError: `export_dir` (or `keras_path`) exists and
+            `overwrite` is False.
+    """
+    beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
+    alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
+    if not isinstance(overwrite, bool):
+        raise invalid_argument("overwrite", "a Python bool", overwrite,
+                               _CONTEXT)
+    model_proto = model_proto_of(tokenizer)
+    if not getattr(model, "built", False) or not hasattr(model, "generate"):
+        raise invalid_argument(
+            "model", "a built tfattn.Transformer (call it once, or load it)",
+            type(model).__name__, _CONTEXT,
+        )
+    export_dir = _local_path("export_dir", export_dir)
+    if keras_path is not None:
+        keras_path = _local_path("keras_path", keras_path)
+        if not keras_path.endswith(".keras"):
+            raise invalid_argument("keras_path", "a path ending in '.keras'",
+                                   keras_path, _CONTEXT)
+    # Validates the lengths before any file is written.
+    translator = Translator(model, model_proto, beam_size=beam_size,
+                            alpha=alpha, extra_length=extra_length,
+                            max_source_length=max_source_length)
+    _refuse_existing(export_dir, overwrite)
+    if keras_path is not None:
+        _refuse_existing(keras_path, overwrite)
+
+    parent, name = os.path.split(export_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp_dir = os.path.join(parent, f".{name}.tmp-{uuid.uuid4().hex}")
+    tmp_keras = None
+    try:
+        _save_saved_model(translator, tmp_dir)
+        with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
+            f.write(model_proto)
+        if keras_path is None:
+            _save_keras(model, os.path.join(tmp_dir, KERAS_FILENAME))
+        else:
+            keras_parent, keras_name = os.path.split(keras_path)
+            os.makedirs(keras_parent, exist_ok=True)
+            # Ends in .keras, as `Model.save` requires.
+            tmp_keras = os.path.join(
+                keras_parent, f".tmp-{uuid.uuid4().hex}-{keras_name}"
+            )
+            _save_keras(model, tmp_keras)
+        _rename_into_place(tmp_dir, export_dir, overwrite)
+        if tmp_keras is not None:
+            _refuse_existing(keras_path, overwrite)
+            os.replace(tmp_keras, keras_path)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        if tmp_keras is not None and os.path.exists(tmp_keras):
+            os.remove(tmp_keras)
+        raise
+    return export_dir
+
+
+def load_translator(export_dir):
+    """Loads an export of `export_translator` (after `import tensorflow_text`).
+
+    Args:
+        export_dir: str or path-like.
+
+    Returns:
+        The loaded object: call `.translate(sentences)` or
+        `.signatures['serving_default'](sentences=...)`; both return a dict
+        with `translations` and `scores`.
+    """
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    return tf.saved_model.load(str(export_dir))
+
+
+def _local_path(name, path):
+    path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise invalid_argument(name, "a local directory path", path, _CONTEXT)
+    if "://" in path:
+        raise invalid_argument(
+            name,
+            "a local path (the export is made atomic by renames on the local "
+            "filesystem; export locally, then copy)",
+            path,
+            _CONTEXT,
+        )
+    return os.path.abspath(path)
+
+
+def _refuse_existing(path, overwrite):
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(
+            f"{path}: already exists; refusing to overwrite it (pass "
+            "overwrite=True to replace it, or choose another path)"
+        )
+
+
+def _save_saved_model(translator, directory):
+    signature = translator.trace()
+    tf.saved_model.save(translator, directory,
+                        signatures={SIGNATURE_KEY: signature})
+
+
+def _save_keras(model, path):
+    model.save(path)
+
+
+def _rename_into_place(tmp_dir, export_dir, overwrite):
+    """Renames the finished export to `export_dir`, replacing an old one."""
+    if not os.path.lexists(export_dir):
+        # os.rename would silently replace an empty directory created since
+        # the first check; a non-empty one makes it fail.
+        os.rename(tmp_dir, export_dir)
+        return
+    _refuse_existing(export_dir, overwrite)
+    parent, name = os.path.split(export_dir)
+    old = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+    os.rename(export_dir, old)
+    try:
+        os.rename(tmp_dir, export_dir)
+    except BaseException:
+        os.rename(old, export_dir)
+        raise
+    if os.path.isdir(old) and not os.path.islink(old):
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.remove(old)
