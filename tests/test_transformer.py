@@ -1,0 +1,493 @@
+"""Tests of tfattn.Transformer: the (source, target_in) -> logits model.
+
+References: REFERENCE_SPEC §1.7 / §2.9 / §5 (parameter counts computed here
+from the spec's shapes), end-to-end NumPy compositions of
+tests/reference_numpy.py for both reference flavours, and invariants
+(caching, causality, padding, greedy == beam 1 == naive uncached greedy).
+"""
+
+import math
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfattn
+from tests import reference_numpy as ref
+from tfattn.models.transformer import BOS_ID
+from tfattn.models.transformer import EOS_ID
+
+# A one-token prefix gives keras' "softmax over an axis of size 1" warning.
+pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis")
+
+V, C, H, F, N, L = 13, 8, 2, 16, 2, 8
+SETUPS = [  # (flavor, normalize_first)
+    ("paper", False),
+    ("paper", True),
+    ("reference_2017", False),
+    ("reference_2019", False),
+]
+SOURCE = np.array([[4, 5, 6, 7, 0], [8, 9, 10, 11, 12]], "int32")
+TARGET_IN = np.array([[BOS_ID, 5, 6, 9, 0], [BOS_ID, 4, 7, 7, 11]], "int32")
+
+
+def _model(flavor="reference_2019", normalize_first=False, randomize=True,
+           num_layers=N, num_units=C, **kwargs):
+    kwargs.setdefault("dropout_rate", 0.0)
+    model = tfattn.Transformer(
+        V, num_layers=num_layers, num_units=num_units, num_heads=H, ffn_units=F,
+        flavor=flavor, normalize_first=normalize_first, max_length=L, **kwargs,
+    )
+    model((SOURCE, TARGET_IN))
+    if randomize:
+        rng = np.random.default_rng(1)
+        for w in model.weights:
+            w.assign(0.4 * rng.normal(size=w.shape).astype("float32"))
+    return model
+
+
+def _np(x):
+    return np.asarray(x)
+
+
+# --------------------------------------------------------------------------
+# Parameter counts (REFERENCE_SPEC §1.4, §1.5, §1.7, §2.5, §2.6, §2.9, §5).
+
+
+def _attention_count(c, bias=True):
+    return 3 * (c * c + c * bias) + 2 * c  # W_q, W_k, W_v (+ b) and LN
+
+
+def _ff_ln_count(c, f):
+    return (c * f + f) + (f * c + c) + 2 * c
+
+
+@pytest.fixture(scope="module")
+def reference_2019_defaults():
+    model = tfattn.Transformer(32000, flavor="reference_2019")
+    model.build(((1, 3), (1, 3)))
+    return model
+
+
+def test_spec_sublayer_counts_at_width_512(reference_2019_defaults):
+    assert _attention_count(512) == 788_992
+    assert _attention_count(512, bias=False) == 787_456
+    assert _ff_ln_count(512, 2048) == 2_100_736
+    enc = reference_2019_defaults.encoder.blocks[0]
+    dec = reference_2019_defaults.decoder.blocks[5]
+    for attention in (enc.self_attention, dec.self_attention, dec.cross_attention):
+        assert attention.count_params() == 788_992
+    for block in (enc, dec):
+        assert (block.feed_forward.count_params()
+                + block.feed_forward_layer_norm.count_params()) == 2_100_736
+
+
+def test_reference_2019_default_count(reference_2019_defaults):
+    # §2.9: one shared [32000, 512] table, 6 + 6 blocks, tied output.
+    per_enc = _attention_count(512) + _ff_ln_count(512, 2048)
+    per_dec = 2 * _attention_count(512) + _ff_ln_count(512, 2048)
+    assert 32000 * 512 + 6 * per_enc + 6 * per_dec == 55_794_688
+    assert reference_2019_defaults.count_params() == 55_794_688
+
+
+def test_reference_2017_count_from_the_spec_shapes():
+    # §1.7 with maxlen T=10: separate source/target tables, two learned
+    # [T, C] positional tables, 2017 attention (with bias), FF + LN,
+    # untied output Dense(V_t) with bias. Width and depth reduced.
+    v_s, v_t, c, f, n, maxlen = 30, 40, 32, 64, 2, 10
+    model = tfattn.Transformer(v_s, v_t, num_layers=n, num_units=c, num_heads=4,
+                               ffn_units=f, flavor="reference_2017", max_length=maxlen)
+    model.build(((1, 3), (1, 3)))
+    want = (v_s * c + v_t * c + 2 * maxlen * c
+            + n * (_attention_count(c) + _ff_ln_count(c, f))
+            + n * (2 * _attention_count(c) + _ff_ln_count(c, f))
+            + c * v_t + v_t)
+    assert model.count_params() == want == 40_616
+
+
+def test_paper_pre_norm_count():
+    # The paper's attention has W^O; post/pre-norm add an LN per sublayer
+    # and pre-norm a final LN per stack. Output tied to the shared table.
+    model = _model("paper", True, randomize=False)
+    attention = 4 * (C * C + C)
+    ff = (C * F + F) + (F * C + C)
+    ln = 2 * C
+    want = (V * C + N * (attention + ff + 2 * ln) + ln
+            + N * (2 * attention + ff + 3 * ln) + ln)
+    assert model.count_params() == want
+
+
+# --------------------------------------------------------------------------
+# Embeddings and the output projection.
+
+
+def test_reference_2019_one_embedding_variable_used_three_times():
+    model = _model("reference_2019", num_layers=1)
+    assert model.source_embedding is model.target_embedding
+    assert model.output_dense is None
+    tables = [w for w in model.weights if w.path.endswith("embedding/embeddings")]
+    assert len(tables) == 1
+    table = tables[0]
+    # Gradients reach the table from the source (ids 8..12 only there), the
+    # target input (id 2 only there) and the tied output (ids 1, 3 nowhere).
+    source = np.array([[8, 9, 10, 11, 12]], "int32")
+    target_in = np.array([[BOS_ID, BOS_ID, BOS_ID]], "int32")
+    with tf.GradientTape() as tape:
+        logits = model((source, target_in))
+        loss = tf.reduce_sum(logits * np.random.default_rng(0).normal(
+            size=logits.shape).astype("float32"))
+    grad = tf.convert_to_tensor(tape.gradient(loss, table.value))
+    row_norms = np.abs(_np(grad)).sum(-1)
+    assert row_norms[0] == 0.0  # the padding row: constant zeros everywhere
+    assert np.all(row_norms[1:] > 0)
+    # The pad id's logit is exactly 0 (§2.9: E row 0 is zero).
+    assert np.all(_np(model((SOURCE, TARGET_IN)))[..., 0] == 0.0)
+
+
+def test_reference_2017_separate_embeddings_and_untied_output_with_bias():
+    model = tfattn.Transformer(V, V + 4, num_layers=1, num_units=C, num_heads=H,
+                               ffn_units=F, flavor="reference_2017", max_length=L)
+    model((SOURCE, TARGET_IN))
+    assert model.source_embedding is not model.target_embedding
+    assert tuple(model.source_embedding.embeddings.shape) == (V, C)
+    assert tuple(model.target_embedding.embeddings.shape) == (V + 4, C)
+    assert tuple(model.output_dense.kernel.shape) == (C, V + 4)
+    assert tuple(model.output_dense.bias.shape) == (V + 4,)
+    assert model.source_positions is not model.target_positions
+    assert model.source_positions.kind == "learned"
+    assert tuple(model.target_positions.embeddings.shape) == (L, C)
+    assert _np(model((SOURCE, TARGET_IN))).shape == (2, 5, V + 4)
+
+
+def test_reference_2019_embedding_stage_golden_values():
+    # §2.2-2.3: E[ids]·sqrt(C) plus the sinusoid, zeroed where the
+    # embedding is 0; golden PE row for E=8, pos=1 from §5.
+    model = _model("reference_2019", randomize=False)
+    model.source_embedding.embeddings.assign(np.ones((V, C), "float32"))
+    ids = np.array([[5, 5, 0]], "int32")
+    x = _np(model.source_positions(model.source_embedding(ids)))
+    golden = [0.841471, 0.540302, 0.099833, 0.995004, 0.01, 0.99995, 0.001, 1.0]
+    np.testing.assert_allclose(x[0, 0], math.sqrt(C) + np.array([0, 1] * 4), atol=1e-6)
+    np.testing.assert_allclose(x[0, 1], math.sqrt(C) + np.array(golden), atol=1e-5)
+    np.testing.assert_array_equal(x[0, 2], np.zeros(C))
+
+
+# --------------------------------------------------------------------------
+# End-to-end NumPy compositions of the reference models.
+
+
+def _dense(layer):
+    return layer.kernel.numpy(), layer.bias.numpy()
+
+
+def _ln(layer):
+    return layer.gamma.numpy(), layer.beta.numpy()
+
+
+def _attention_params(attention):
+    params = {}
+    for key, dense in (("q", attention.query_dense), ("k", attention.key_dense),
+                       ("v", attention.value_dense)):
+        params["w" + key], params["b" + key] = _dense(dense)
+    params["gamma"], params["beta"] = _ln(attention.layer_norm)
+    return params
+
+
+def _ff_ln(x, block):
+    (w1, b1), (w2, b2) = (_dense(block.feed_forward.inner_dense),
+                          _dense(block.feed_forward.outer_dense))
+    ff = np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+    return ref.layer_norm(x + ff, *_ln(block.feed_forward_layer_norm), epsilon=1e-8)
+
+
+def _lookup(table, ids):
+    e = table[ids] * np.float32(math.sqrt(C))
+    return np.where((ids == 0)[..., None], 0.0, e).astype("float32")
+
+
+def test_reference_2019_matches_numpy_model():
+    model = _model("reference_2019")
+    table = model.source_embedding.embeddings.numpy()
+    pe = ref.sinusoid_2019(L, C)
+
+    def embed(ids):
+        e = _lookup(table, ids)
+        return e + np.where(e == 0, 0.0, pe[: ids.shape[1]])
+
+    src_pad, tgt_pad = SOURCE == 0, TARGET_IN == 0
+    x = embed(SOURCE)
+    for block in model.encoder.blocks:
+        x, _ = ref.mha_reference_2019(x, x, x, _attention_params(block.self_attention),
+                                      H, key_masks=src_pad)
+        x = _ff_ln(x, block)
+    y = embed(TARGET_IN)
+    for block in model.decoder.blocks:
+        y, _ = ref.mha_reference_2019(y, y, y, _attention_params(block.self_attention),
+                                      H, key_masks=tgt_pad, causality=True)
+        y, _ = ref.mha_reference_2019(y, x, x, _attention_params(block.cross_attention),
+                                      H, key_masks=src_pad)
+        y = _ff_ln(y, block)
+    zero_padded = np.where((np.arange(V) == 0)[:, None], 0.0, table)
+    want = y @ zero_padded.T
+    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5)
+
+
+def test_reference_2017_matches_numpy_model():
+    model = tfattn.Transformer(V, V + 4, num_layers=N, num_units=C, num_heads=H,
+                               ffn_units=F, flavor="reference_2017", max_length=L,
+                               dropout_rate=0.0)
+    model((SOURCE, TARGET_IN))
+    rng = np.random.default_rng(2)
+    for w in model.weights:
+        w.assign(0.4 * rng.normal(size=w.shape).astype("float32"))
+
+    def embed(layer, positions, ids):  # §1.7 G1b steps 1-4
+        e = _lookup(layer.embeddings.numpy(), ids)
+        m = np.sign(np.abs(e).sum(-1, keepdims=True))
+        return (e + positions.embeddings.numpy()[: ids.shape[1]]) * m
+
+    x = embed(model.source_embedding, model.source_positions, SOURCE)
+    for block in model.encoder.blocks:
+        x, _ = ref.mha_reference_2017(x, x, _attention_params(block.self_attention), H)
+        x = _ff_ln(x, block)
+    y = embed(model.target_embedding, model.target_positions, TARGET_IN)
+    for block in model.decoder.blocks:
+        y, _ = ref.mha_reference_2017(y, y, _attention_params(block.self_attention), H,
+                                      causality=True)
+        y, _ = ref.mha_reference_2017(y, x, _attention_params(block.cross_attention), H)
+        y = _ff_ln(y, block)
+    kernel, bias = _dense(model.output_dense)
+    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), y @ kernel + bias,
+                               atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
+def test_reference_dropout_only_after_the_embedding_and_on_attention(flavor):
+    model = _model(flavor, dropout_rate=0.5, attention_dropout_rate=0.0, num_layers=1)
+    for block in model.encoder.blocks + model.decoder.blocks:
+        assert not hasattr(block, "feed_forward_dropout")
+        assert not hasattr(block, "self_attention_dropout")
+    inputs = (SOURCE, TARGET_IN)
+    assert np.abs(_np(model(inputs, training=True)) - _np(model(inputs))).max() > 1e-3
+    model.embedding_dropout.rate = 0.0  # the one dropout site left
+    np.testing.assert_allclose(model(inputs, training=True), model(inputs), atol=1e-5)
+
+
+def test_paper_has_residual_dropout():
+    model = _model("paper", dropout_rate=0.5, attention_dropout_rate=0.0, num_layers=1)
+    model.embedding_dropout.rate = 0.0
+    inputs = (SOURCE, TARGET_IN)
+    assert np.abs(_np(model(inputs, training=True)) - _np(model(inputs))).max() > 1e-3
+
+
+# --------------------------------------------------------------------------
+# Invariants.
+
+
+@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+def test_cached_decode_step_equals_decode_on_the_prefix(flavor, normalize_first):
+    model = _model(flavor, normalize_first)
+    memory, keep = model.encode(SOURCE)
+    cache = model.init_decode_cache(memory, keep, L)
+    for t in range(TARGET_IN.shape[1]):
+        step_logits, cache = model.decode_step(TARGET_IN[:, t], tf.constant(t), cache)
+        prefix_logits = model.decode(TARGET_IN[:, : t + 1], memory, keep)[:, -1]
+        # decode_step masks the pad id (column 0) so that searches skip it.
+        np.testing.assert_allclose(_np(step_logits)[:, 1:], _np(prefix_logits)[:, 1:],
+                                   atol=1e-5, rtol=0)
+        assert np.all(_np(step_logits)[:, 0] <= -1e8)
+
+
+def _naive_greedy(model, source, steps):
+    """Uncached greedy decoding: the whole model on the prefix each step."""
+    prefix = np.full((source.shape[0], 1), BOS_ID, "int32")
+    finished = np.zeros(source.shape[0], bool)
+    out = np.zeros((source.shape[0], steps), "int32")
+    for t in range(steps):
+        logits = np.array(model((source, prefix)))[:, -1]
+        logits[:, 0] = -np.inf  # never emit padding
+        token = np.where(finished, 0, logits.argmax(-1))
+        out[:, t] = token
+        finished |= token == EOS_ID
+        prefix = np.concatenate([prefix, np.maximum(token, 1)[:, None]], axis=1)
+    return out
+
+
+@pytest.mark.parametrize("flavor", ["paper", "reference_2019"])
+def test_beam_size_1_equals_greedy(flavor):
+    model = _model(flavor, num_layers=1)
+    steps = 6
+    greedy_ids, greedy_scores = model.generate(SOURCE, beam_size=1, max_length=steps)
+    np.testing.assert_array_equal(greedy_ids, _naive_greedy(model, SOURCE, steps))
+    memory, keep = model.encode(SOURCE)
+    cache = model.init_decode_cache(memory, keep, steps)
+    beam_ids, beam_scores = tfattn.decoding.beam_search(
+        model.decode_step, tf.fill([2], BOS_ID), cache, steps, EOS_ID,
+        beam_size=1, alpha=0.0,
+    )
+    np.testing.assert_array_equal(beam_ids, greedy_ids)
+    np.testing.assert_allclose(beam_scores, greedy_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+def test_source_padding_does_not_change_logits(flavor, normalize_first):
+    # The 2017 flavour finds padding from zero rows; its pad rows stay zero
+    # only while every bias and LN beta is 0 (at initialisation), as in the
+    # reference (§1.7: deeper masks stop firing after training).
+    model = _model(flavor, normalize_first, randomize=flavor != "reference_2017",
+                   num_layers=1)
+    padded = np.concatenate([SOURCE, np.zeros((2, 3), "int32")], axis=1)
+    np.testing.assert_allclose(model((padded, TARGET_IN)), model((SOURCE, TARGET_IN)),
+                               atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+def test_future_target_tokens_do_not_change_earlier_logits(flavor, normalize_first):
+    model = _model(flavor, normalize_first, num_layers=1)
+    base = _np(model((SOURCE, TARGET_IN)))
+    for t in (0, 2):  # tokens after t change
+        changed = TARGET_IN.copy()
+        changed[:, t + 1:] = np.random.default_rng(t).integers(1, V, changed[:, t + 1:].shape)
+        out = _np(model((SOURCE, changed)))
+        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=0)
+
+
+def test_dict_and_tuple_inputs_agree():
+    model = _model("paper", num_layers=1)
+    np.testing.assert_array_equal(
+        model({"source": SOURCE, "target_in": TARGET_IN}), model((SOURCE, TARGET_IN)))
+
+
+# --------------------------------------------------------------------------
+# Saving and compilation.
+
+
+@pytest.mark.parametrize("flavor,normalize_first", [("paper", True),
+                                                    ("reference_2017", False),
+                                                    ("reference_2019", False)])
+def test_keras_file_round_trip(flavor, normalize_first):
+    model = _model(flavor, normalize_first, num_layers=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "transformer.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, tfattn.Transformer)
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(loaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
+    assert (loaded.source_embedding is loaded.target_embedding) == (
+        model.source_embedding is model.target_embedding)
+    assert len(loaded.weights) == len(model.weights)
+
+
+def test_generate_compiles_once_per_shape_under_jit():
+    # One XLA compilation (several seconds on CPU): beam search, the larger
+    # graph; greedy decoding runs the same kind of loop.
+    model = _model("reference_2019", num_layers=1)
+    fn = tf.function(lambda s: model.generate(s, beam_size=2, max_length=5),
+                     jit_compile=True)
+    other = np.array([[5, 4, 3, 2, 1], [9, 9, 0, 0, 0]], "int32")
+    for source in (SOURCE, other):
+        ids, scores = fn(tf.constant(source))
+        want_ids, want_scores = model.generate(source, beam_size=2, max_length=5)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_allclose(scores, want_scores, atol=1e-4)
+        assert tuple(ids.shape) == (2, 5)
+    assert fn.experimental_get_tracing_count() == 1
+
+
+# --------------------------------------------------------------------------
+# Bad input.
+
+
+@pytest.fixture(scope="module")
+def small():
+    return _model("reference_2019", randomize=False, num_layers=1)
+
+
+def test_ids_of_the_wrong_dtype(small):
+    with pytest.raises(ValueError, match=r"`source`.*dtype float32 and shape \(2, 5\)"):
+        small((SOURCE.astype("float32"), TARGET_IN))
+    with pytest.raises(ValueError, match=r"`target_in`.*dtype float32"):
+        small((SOURCE, TARGET_IN.astype("float32")))
+    with pytest.raises(ValueError, match=r"`source`.*dtype float32"):
+        small.generate(SOURCE.astype("float32"))
+
+
+def test_ids_of_the_wrong_rank(small):
+    with pytest.raises(ValueError, match=r"`source`.*shape \[B, T\].*shape \(5,\)"):
+        small((SOURCE[0], TARGET_IN))
+    with pytest.raises(ValueError, match=r"`target_in`.*shape \(2, 5, 1\)"):
+        small((SOURCE, TARGET_IN[..., None]))
+
+
+def test_source_and_target_batch_mismatch(small):
+    with pytest.raises(ValueError, match=r"`target_in`.*same batch size as `source` "
+                                         r"\(2\).*shape \(1, 5\)"):
+        small((SOURCE, TARGET_IN[:1]))
+
+
+def test_sequences_longer_than_the_positional_table(small):
+    too_long = np.ones((2, L + 1), "int32")
+    with pytest.raises(ValueError, match=rf"`target_in`.*max_length={L}.*shape \(2, 9\)"):
+        small((SOURCE, too_long))
+    with pytest.raises(ValueError, match=rf"`source`.*max_length={L}.*shape \(2, 9\)"):
+        small((too_long, TARGET_IN))
+    with pytest.raises(ValueError, match=r"`max_length`.*max_length>=9.*max_length=9"):
+        small.generate(SOURCE, max_length=L + 1)
+
+
+def test_cache_from_another_model_size(small):
+    deeper = _model("reference_2019", randomize=False, num_layers=2)
+    wider = _model("reference_2019", randomize=False, num_layers=1, num_units=2 * C)
+    step = tf.fill([2], BOS_ID)
+    for other, pattern in ((deeper, r"`cache`.*another model size.*2 entries"),
+                           (wider, r"`cache`.*another model size.*key shape")):
+        memory, keep = other.encode(SOURCE)
+        cache = other.init_decode_cache(memory, keep, 4)
+        with pytest.raises(ValueError, match=pattern):
+            small.decode_step(step, tf.constant(0), cache)
+
+
+@pytest.mark.parametrize("max_length", [0, -3])
+def test_max_length_below_one(small, max_length):
+    pattern = rf"`max_length`.*positive integer.*max_length={max_length}"
+    with pytest.raises(ValueError, match=pattern):
+        small.generate(SOURCE, max_length=max_length)
+    memory, keep = small.encode(SOURCE)
+    with pytest.raises(ValueError, match=pattern):
+        small.init_decode_cache(memory, keep, max_length)
+    with pytest.raises(ValueError, match=pattern):
+        tfattn.Transformer(V, max_length=max_length)
+
+
+@pytest.mark.parametrize("beam_size", [0, -1])
+def test_beam_size_below_one(small, beam_size):
+    with pytest.raises(ValueError, match=rf"`beam_size`.*beam_size={beam_size}"):
+        small.generate(SOURCE, beam_size=beam_size)
+
+
+def test_bad_inputs_container(small):
+    with pytest.raises(ValueError, match=r"`inputs`.*'source'.*'target_in'.*'tgt'"):
+        small({"source": SOURCE, "tgt": TARGET_IN})
+
+
+@pytest.mark.parametrize("kwargs,pattern", [
+    (dict(flavor="t5"), r"`flavor`.*flavor='t5'"),
+    (dict(num_units=10, num_heads=4), r"`num_units`.*multiple of num_heads=4.*=10"),
+    (dict(target_vocab_size=20, share_embeddings=True),
+     r"`share_embeddings`.*differ \(13 and 20\).*share_embeddings=True"),
+    (dict(flavor="reference_2019", tie_output=False), r"`tie_output`.*tie_output=False"),
+    (dict(flavor="reference_2017", share_embeddings=True),
+     r"`share_embeddings`.*share_embeddings=True"),
+    (dict(flavor="reference_2017", normalize_first=True),
+     r"`normalize_first`.*normalize_first=True"),
+    (dict(num_layers=0), r"`num_layers`.*num_layers=0"),
+    (dict(source_vocab_size=0), r"`source_vocab_size`.*source_vocab_size=0"),
+])
+def test_bad_constructor_arguments(kwargs, pattern):
+    kwargs.setdefault("source_vocab_size", V)
+    with pytest.raises(ValueError, match=pattern):
+        tfattn.Transformer(**kwargs)
