@@ -1,0 +1,232 @@
+"""Tests of the hparams sets, overrides and JSON (no TensorFlow needed)."""
+
+import builtins
+import dataclasses
+import inspect
+import json
+import os
+
+import pytest
+
+import hparams
+from hparams import HParams
+
+
+@pytest.mark.parametrize("name", hparams.names())
+def test_every_set_loads_and_round_trips(name):
+    hp = hparams.get(name)
+    assert isinstance(hp, HParams)
+    assert hparams.from_json(hparams.to_json(hp)) == hp
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hp.num_layers = 1
+
+
+def test_registry_names():
+    assert set(hparams.names()) == {
+        "tiny", "base", "big", "reference_2017", "reference_2019", "multi30k"}
+    for name, module in hparams.REGISTRY.items():
+        assert module.__name__ == f"hparams.{name}"
+
+
+def test_model_fields_come_first_and_every_field_has_a_comment():
+    names = hparams.field_names()
+    assert names[:len(hparams.MODEL_FIELDS)] == hparams.MODEL_FIELDS
+    assert names[-len(hparams.DECODING_FIELDS):] == hparams.DECODING_FIELDS
+    lines = inspect.getsource(HParams).splitlines()
+    for name in names:
+        (index,) = [i for i, line in enumerate(lines)
+                    if line.strip().startswith(f"{name}:")]
+        assert lines[index - 1].strip().startswith("#"), name
+
+
+@pytest.mark.parametrize("name", hparams.names())
+def test_every_value_in_a_set_module_is_commented(name):
+    source = inspect.getsource(hparams.REGISTRY[name])
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.split("=")[0] in hparams.field_names() and "=" in stripped:
+            assert "#" in line, line
+
+
+def test_reference_2017_is_the_spec():
+    # REFERENCE_SPEC §1.7-1.8.
+    hp = hparams.get("reference_2017")
+    expected = dict(
+        flavor="reference_2017", batch_size=32, tokens_per_batch=None,
+        learning_rate_schedule="constant", learning_rate=1e-4,
+        max_length=10, max_train_length=10, num_units=512, num_layers=6,
+        train_epochs=20, train_steps=None, num_heads=8, dropout_rate=0.1,
+        attention_dropout_rate=0.1, positional_encoding="learned",
+        ffn_units=2048, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-8,
+        label_smoothing=0.1, loss_denominator_epsilon=0.0,
+        share_embeddings=False, tie_output=False, tokenizer_model_type="word",
+        beam_size=1,
+    )
+    assert {k: getattr(hp, k) for k in expected} == expected
+
+
+def test_reference_2019_is_the_spec():
+    # REFERENCE_SPEC §2.7-2.10.
+    hp = hparams.get("reference_2019")
+    expected = dict(
+        flavor="reference_2019", vocab_size=32000, tokenizer_model_type="bpe",
+        batch_size=128, tokens_per_batch=None, learning_rate_schedule="noam",
+        learning_rate=3e-4, learning_rate_scale=1.0, warmup_steps=4000,
+        train_epochs=20, train_steps=None, num_units=512, ffn_units=2048,
+        num_layers=6, num_heads=8, max_length=100, max_train_length=100,
+        dropout_rate=0.3, attention_dropout_rate=0.3, label_smoothing=0.1,
+        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        loss_denominator_epsilon=1e-7, share_embeddings=True,
+        tie_output=True, positional_encoding="sinusoid", beam_size=1,
+        shuffle_buffer_size=128 * 128,
+    )
+    assert {k: getattr(hp, k) for k in expected} == expected
+
+
+def test_base_and_big_are_the_paper():
+    base, big = hparams.get("base"), hparams.get("big")
+    assert (base.num_layers, base.num_units, base.ffn_units, base.num_heads,
+            base.dropout_rate) == (6, 512, 2048, 8, 0.1)
+    assert (big.num_layers, big.num_units, big.ffn_units, big.num_heads,
+            big.dropout_rate) == (6, 1024, 4096, 16, 0.3)
+    assert (base.adam_beta1, base.adam_beta2, base.adam_epsilon) == (
+        0.9, 0.98, 1e-9)
+    assert base.learning_rate is None and base.warmup_steps == 4000
+    assert (base.beam_size, base.decode_alpha) == (4, 0.6)
+    assert (base.train_steps, big.train_steps) == (100_000, 300_000)
+
+
+def test_unknown_set_lists_the_known_ones():
+    with pytest.raises(ValueError, match="Unknown hparams set 'small'") as e:
+        hparams.get("small")
+    for name in hparams.names():
+        assert name in str(e.value)
+
+
+def test_overrides_are_parsed_by_the_declared_type():
+    hp = hparams.parse_overrides(
+        hparams.get("tiny"),
+        " num_heads=2, dropout_rate=0.25,normalize_first=TRUE,"
+        "positional_encoding='learned',learning_rate=1e-3,warmup_steps=+10")
+    assert (hp.num_heads, hp.dropout_rate, hp.normalize_first,
+            hp.positional_encoding, hp.learning_rate, hp.warmup_steps) == (
+        2, 0.25, True, "learned", 1e-3, 10)
+    assert isinstance(hp.dropout_rate, float)
+    hp = hparams.parse_overrides(hp, "learning_rate=none,dropout_rate=0")
+    assert hp.learning_rate is None and hp.dropout_rate == 0.0
+    assert hparams.parse_overrides(hp, "") is hp
+    assert hparams.parse_overrides(hp, None) is hp
+
+
+@pytest.mark.parametrize("text, message", [
+    ("num_heads=4.0", "Invalid value for hparams field `num_heads`"),
+    ("num_heads=four", "expected an int"),
+    ("dropout_rate=abc", "expected a float"),
+    ("dropout_rate=nan", "expected a float"),
+    ("normalize_first=yes", "expected true or false"),
+    ("num_heads='4'", "a quoted value is a string"),
+    ("num_heads=none", "expected an int"),
+    ("flavor=a b", "quote strings"),
+])
+def test_overrides_are_type_checked(text, message):
+    with pytest.raises(ValueError, match=message):
+        hparams.parse_overrides(hparams.get("tiny"), text)
+
+
+def test_unknown_override_lists_the_valid_keys():
+    with pytest.raises(ValueError, match="Unknown hparams field 'heads'") as e:
+        hparams.parse_overrides(hparams.get("tiny"), "heads=4")
+    for name in hparams.field_names():
+        assert name in str(e.value)
+
+
+@pytest.mark.parametrize("text", [
+    "num_heads", "=4", "num_heads=4,,dropout_rate=0.1", "num_heads=4,",
+    "num heads=4", "flavor='paper", "num_heads=2,num_heads=4",
+])
+def test_malformed_overrides(text):
+    with pytest.raises(ValueError, match="[Mm]alformed|twice"):
+        hparams.parse_overrides(hparams.get("tiny"), text)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("num_heads=3", "num_units"),
+    ("dropout_rate=1.5", "dropout_rate"),
+    ("flavor=transformer", "flavor"),
+    ("batch_size=none", "batch_size"),
+    ("train_epochs=3", "train_steps"),
+    ("normalize_first=true,flavor=reference_2019", "normalize_first"),
+    ("learning_rate_schedule=constant,learning_rate=none", "learning_rate"),
+    ("max_train_length=1000", "max_train_length"),
+])
+def test_overridden_sets_are_validated(text, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        hparams.parse_overrides(hparams.get("tiny"), text)
+
+
+def test_commas_inside_quotes_do_not_split():
+    items = hparams._split_items("a='x,y',b=\"1,2\",c=3")
+    assert items == ["a='x,y'", 'b="1,2"', "c=3"]
+
+
+def test_code_in_overrides_is_never_executed(tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    payload = f"__import__('os').system('touch {marker}')"
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("eval/exec called")
+
+    monkeypatch.setattr(builtins, "eval", refuse)
+    monkeypatch.setattr(builtins, "exec", refuse)
+    for field in ("num_layers", "dropout_rate", "normalize_first", "flavor",
+                  "learning_rate"):
+        with pytest.raises(ValueError):
+            hparams.parse_overrides(hparams.get("tiny"), f"{field}={payload}")
+        with pytest.raises(ValueError):
+            hparams.parse_overrides(hparams.get("tiny"),
+                                    f'{field}="{payload}"')
+    assert not marker.exists()
+    # A valid string still parses with eval and exec unavailable.
+    hp = hparams.parse_overrides(hparams.get("tiny"), "flavor=paper")
+    assert hp.flavor == "paper"
+
+
+def test_json_round_trip_and_errors():
+    hp = hparams.parse_overrides(hparams.get("tiny"), "learning_rate=none")
+    text = hparams.to_json(hp)
+    data = json.loads(text)
+    assert list(data) == list(hparams.field_names())
+    assert hparams.from_json(text) == hp
+    with pytest.raises(ValueError, match="not valid JSON"):
+        hparams.from_json("{")
+    with pytest.raises(ValueError, match="unknown fields \\['extra'\\]"):
+        hparams.from_json(json.dumps(dict(data, extra=1)))
+    del data["num_heads"]
+    with pytest.raises(ValueError, match="missing fields \\['num_heads'\\]"):
+        hparams.from_json(json.dumps(data))
+    data["num_heads"] = "4"
+    with pytest.raises(ValueError, match="`num_heads`"):
+        hparams.from_json(json.dumps(data))
+
+
+def test_differences_and_field_groups():
+    tiny = hparams.get("tiny")
+    other = dataclasses.replace(tiny, num_heads=2, train_steps=5)
+    assert hparams.differences(tiny, other) == ["num_heads", "train_steps"]
+    assert hparams.differences(
+        tiny, other, ignore=hparams.RESUMABLE_FIELDS) == ["num_heads"]
+    groups = (set(hparams.MODEL_FIELDS) | set(hparams.training_fields())
+              | set(hparams.DECODING_FIELDS))
+    assert groups == set(hparams.field_names())
+
+
+def test_model_kwargs_build_a_transformer():
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    from tfattn import Transformer
+
+    for name in ("tiny", "reference_2017", "reference_2019"):
+        hp = dataclasses.replace(hparams.get(name), num_layers=1,
+                                 num_units=16, num_heads=2, ffn_units=8)
+        model = Transformer(**hparams.model_kwargs(hp, 50))
+        assert model.flavor == hp.flavor
+        assert model.share_embeddings == hp.share_embeddings

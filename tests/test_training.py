@@ -1,0 +1,461 @@
+"""Tests of `tfattn.training`: the loop, resume, NaN stop and bad input."""
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hparams
+from tfattn import training
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# One block per stack halves the (dominant) tracing time of a test run.
+TEST_HPARAMS = hparams.parse_overrides(
+    hparams.get("tiny"),
+    "num_layers=1,log_every_steps=5,checkpoint_every_steps=5,"
+    "shuffle_buffer_size=1000")
+
+
+def checkpoint_steps(model_dir):
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    if state is None:
+        return []
+    return sorted(int(p.rsplit("-", 1)[1])
+                  for p in state.all_model_checkpoint_paths)
+
+
+def checkpoint_value(path, prefix):
+    (name,) = [n for n, _ in tf.train.list_variables(path)
+               if n.startswith(prefix)]
+    return tf.train.load_variable(path, name)
+
+
+def snapshot(directory):
+    """Every file under `directory` with its bytes."""
+    files = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, directory)] = f.read()
+    return files
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One short run on the numbers task, shared by several tests."""
+    model_dir = tmp_path_factory.mktemp("numbers")
+    losses = []
+    result = training.train(
+        TEST_HPARAMS, "numbers", model_dir, steps=30, verbose=0,
+        on_step_end=lambda step, logs: losses.append(float(logs["loss"])))
+    return result, str(model_dir), losses
+
+
+def test_training_reduces_a_finite_loss(trained):
+    result, model_dir, losses = trained
+    assert (result.start_step, result.step) == (0, 30)
+    assert len(losses) == 30 and np.all(np.isfinite(losses))
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.3
+    assert result.loss is not None and np.isfinite(result.loss)
+    assert 0 <= result.accuracy <= 1 and result.tokens_per_second > 0
+
+
+def test_training_writes_its_directory(trained):
+    result, model_dir, _ = trained
+    assert checkpoint_steps(model_dir) == [20, 25, 30]  # keep_checkpoints=3
+    assert result.checkpoint == os.path.join(model_dir, "ckpt-30")
+    assert training.load_saved_hparams(model_dir) == dataclasses.replace(
+        TEST_HPARAMS, train_steps=30)
+    assert os.path.exists(os.path.join(model_dir, "spm.model"))
+    events = os.listdir(os.path.join(model_dir, "train"))
+    assert any(name.startswith("events.out.tfevents") for name in events)
+    assert checkpoint_value(result.checkpoint, "step/") == 30
+
+
+def test_tensorboard_scalars(trained):
+    _, model_dir, _ = trained
+    summary_dir = os.path.join(model_dir, "train")
+    tags = {}
+    for name in os.listdir(summary_dir):
+        for record in tf.data.TFRecordDataset(os.path.join(summary_dir, name)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(event.step)
+    for tag in ("loss", "accuracy", "learning_rate", "tokens_per_second"):
+        assert tags[tag] == [5, 10, 15, 20, 25, 30], tag
+    assert "hparams" in tags
+
+
+def test_restore_model_matches_the_trained_weights(trained):
+    result, model_dir, _ = trained
+    model, tokenizer, hp = training.restore_model(model_dir)
+    assert hp == result.hparams
+    assert tokenizer.vocab_size == result.tokenizer.vocab_size
+    for restored, trained_weight in zip(model.weights, result.model.weights):
+        np.testing.assert_array_equal(restored.numpy(), trained_weight.numpy())
+
+
+def test_changed_hparams_on_resume_are_refused(trained, tmp_path):
+    _, model_dir, _ = trained
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    before = snapshot(copy)
+    changed = hparams.parse_overrides(TEST_HPARAMS,
+                                      "num_heads=2,dropout_rate=0.2")
+    with pytest.raises(ValueError, match="differ") as error:
+        training.train(changed, "numbers", copy, steps=40, verbose=0)
+    message = str(error.value)
+    assert "num_heads: saved 4, requested 2" in message
+    assert "dropout_rate: saved 0.0, requested 0.2" in message
+    assert snapshot(copy) == before
+    # Length, intervals and decoding may change; the rest is the saved set.
+    longer = dataclasses.replace(TEST_HPARAMS, train_steps=99, beam_size=3)
+    resolved = training.resolve_hparams(copy, longer)
+    assert (resolved.train_steps, resolved.beam_size) == (99, 3)
+    assert training.resolve_hparams(copy) == training.load_saved_hparams(copy)
+
+
+def test_hparams_without_a_checkpoint_can_be_replaced(tmp_path):
+    (tmp_path / "hparams.json").write_text(hparams.to_json(TEST_HPARAMS))
+    other = hparams.get("base")
+    assert training.resolve_hparams(tmp_path, other) == other
+    assert training.resolve_hparams(tmp_path) == TEST_HPARAMS
+    with pytest.raises(ValueError, match="name a hparams set"):
+        training.resolve_hparams(tmp_path / "new")
+
+
+def test_checkpoints_without_hparams_are_refused(trained, tmp_path):
+    _, model_dir, _ = trained
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    os.remove(copy / "hparams.json")
+    with pytest.raises(ValueError, match="no hparams.json"):
+        training.train(TEST_HPARAMS, "numbers", copy, verbose=0)
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_at_its_last_checkpoint(tmp_path):
+    def interrupt(step, logs):
+        if step == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        training.train(TEST_HPARAMS, "numbers", tmp_path, steps=12,
+                       verbose=0, on_step_end=interrupt)
+    assert checkpoint_steps(tmp_path) == [5]
+    first = checkpoint_value(str(tmp_path / "ckpt-5"),
+                             "model/source_embedding")
+
+    seen = []
+    result = training.train(None, "numbers", tmp_path, steps=12, verbose=0,
+                            on_step_end=lambda step, logs: seen.append(step))
+    assert (result.start_step, result.step) == (5, 12)
+    assert seen == list(range(6, 13))
+    assert checkpoint_steps(tmp_path) == [5, 10, 12]
+    last = str(tmp_path / "ckpt-12")
+    assert checkpoint_value(last, "step/") == 12
+    # The optimizer's state was restored too: 5 + 7 updates.
+    assert checkpoint_value(last, "optimizer/_iterations") == 12
+    assert not np.array_equal(
+        first, checkpoint_value(last, "model/source_embedding"))
+    # Finished: a further call does nothing.
+    again = training.train(None, "numbers", tmp_path, steps=12, verbose=0)
+    assert (again.start_step, again.step, again.loss) == (12, 12, None)
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    exploding = hparams.parse_overrides(
+        TEST_HPARAMS, "learning_rate_schedule=constant,learning_rate=1e30,"
+        "checkpoint_every_steps=1")
+    with pytest.raises(training.NonFiniteLossError) as error:
+        training.train(exploding, "numbers", tmp_path, steps=20, verbose=0)
+    step = error.value.step
+    assert 1 < step < 20
+    assert f"at step {step}" in str(error.value)
+    steps = checkpoint_steps(tmp_path)
+    assert steps and max(steps) == step - 1
+    assert error.value.last_checkpoint == str(tmp_path / f"ckpt-{step - 1}")
+    assert error.value.last_checkpoint in str(error.value)
+
+
+def test_unknown_strategy_is_refused():
+    with pytest.raises(ValueError, match="Unknown strategy 'gpu'") as error:
+        training.make_strategy("gpu")
+    for name in training.STRATEGIES:
+        assert name in str(error.value)
+    with pytest.raises(ValueError, match="TPU address"):
+        training.make_strategy("tpu")
+    with pytest.raises(ValueError, match="TPU address"):
+        training.make_strategy("mirrored", tpu="grpc://1.2.3.4:8470")
+
+
+def test_default_strategies_build():
+    assert training.make_strategy("default") is tf.distribute.get_strategy()
+    one = training.make_strategy("one_device")
+    assert one.num_replicas_in_sync == 1
+
+
+@pytest.mark.parametrize("config, message", [
+    ("{", "not valid JSON"),
+    ("[]", "not a JSON object"),
+    ('{"task": {"type": "worker", "index": 0}}', '"cluster" is missing'),
+    ('{"cluster": {"worker": "localhost:1"}, "task": {"type": "worker", '
+     '"index": 0}}', "not a non-empty list"),
+    ('{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", '
+     '"index": 0}}', "not a non-empty list"),
+    ('{"cluster": {"worker": ["localhost:1"]}}', '"task" is missing'),
+    ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "chief", '
+     '"index": 0}}', "task type 'chief' is not in"),
+    ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", '
+     '"index": 1}}', "task index 1"),
+])
+def test_malformed_tf_config_is_refused(config, message, monkeypatch):
+    with pytest.raises(ValueError, match="TF_CONFIG is malformed") as error:
+        training.check_tf_config(config)
+    assert message in str(error.value)
+    monkeypatch.setenv("TF_CONFIG", config)
+    with pytest.raises(ValueError, match="TF_CONFIG is malformed"):
+        training.make_strategy("multi_worker_mirrored")
+
+
+def test_valid_tf_config_passes():
+    assert training.check_tf_config(None) is None
+    config = training.check_tf_config(
+        '{"cluster": {"worker": ["a:1", "b:2"]}, '
+        '"task": {"type": "worker", "index": 1}}')
+    assert config["task"]["index"] == 1
+
+
+@pytest.mark.parametrize("text, kwargs, message", [
+    ("numbers:x", {}, "takes no ':...' part"),
+    ("wmt", {}, "Unknown dataset 'wmt'"),
+    ("tfds:", {}, "needs a name"),
+    ("tfds:wmt14_translate/de-en", {}, "needs source_language"),
+    ("textfiles:/tmp/x", dict(source_language="en", target_language="en"),
+     "must differ"),
+    ("numbers", dict(source_language="en"), "takes no source_language"),
+    ("multi30k", dict(source_language="fr"), "between 'en' and 'de'"),
+    ("textfiles:/tmp/x", dict(source_language="en", target_language="de",
+                              data_dir="/tmp"), "no data_dir"),
+])
+def test_malformed_dataset_specs(text, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        training.parse_dataset_spec(text, **kwargs)
+
+
+def test_dataset_spec_defaults():
+    spec = training.parse_dataset_spec("multi30k", manual_dir="/m")
+    assert (spec.source_language, spec.target_language) == ("en", "de")
+    spec = training.parse_dataset_spec("multi30k", target_language="en")
+    assert (spec.source_language, spec.target_language) == ("de", "en")
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(text="multi30k", manual_dir="/no/such/dir"),
+     "manual_dir directory does not exist"),
+    (dict(text="tfds:wmt14_translate/de-en", source_language="de",
+          target_language="en", data_dir="/no/such/dir"),
+     "data_dir directory does not exist"),
+    (dict(text="textfiles:/no/such/corpus", source_language="en",
+          target_language="de"), "No parallel text files"),
+])
+def test_missing_data_fails_before_anything_is_written(spec, message,
+                                                       tmp_path):
+    text = spec.pop("text")
+    dataset = training.parse_dataset_spec(text, **spec)
+    model_dir = tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match=message):
+        training.train(TEST_HPARAMS, dataset, model_dir, verbose=0)
+    assert not model_dir.exists()
+
+
+def test_incomplete_multi30k_manual_dir(tmp_path):
+    (tmp_path / "train.en.gz").write_bytes(b"")
+    spec = training.parse_dataset_spec("multi30k", manual_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="lacks train.de.gz"):
+        training.check_dataset(spec)
+
+
+def test_bad_train_arguments(tmp_path):
+    for kwargs, message in [
+        (dict(steps=0), "`steps`"),
+        (dict(steps=2, epochs=1), "at most one"),
+        (dict(mixed_precision="float16"), "`mixed_precision`"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            training.train(TEST_HPARAMS, "numbers", tmp_path / "run",
+                           verbose=0, **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
+def _write_corpus(prefix, count):
+    pairs = training.load_pairs(training.parse_dataset_spec("numbers"),
+                                "validation", limit=count)
+    for index, lang in enumerate(("src", "tgt")):
+        with open(f"{prefix}.train.{lang}", "w") as f:
+            f.write("\n".join(pair[index] for pair in pairs) + "\n")
+
+
+@pytest.mark.slow
+def test_text_files_for_one_epoch(tmp_path):
+    _write_corpus(tmp_path / "corpus", 200)
+    spec = training.parse_dataset_spec(
+        f"textfiles:{tmp_path / 'corpus'}", "src", "tgt")
+    result = training.train(TEST_HPARAMS, spec, tmp_path / "run", epochs=1,
+                            verbose=0)
+    expected = training.steps_per_epoch(result.hparams, result.tokenizer,
+                                        spec)
+    assert 200 / 64 <= expected <= 12  # Buckets add partial batches.
+    assert result.step == expected
+    assert result.hparams.train_epochs == 1
+    assert result.hparams.train_steps is None
+
+
+@pytest.mark.slow
+def test_tfds_dataset_with_mock_data(tmp_path):
+    import tensorflow_datasets as tfds
+
+    spec = training.parse_dataset_spec("tfds:wmt14_translate/de-en", "de",
+                                       "en")
+    with tfds.testing.mock_data(num_examples=64):
+        result = training.train(
+            hparams.parse_overrides(TEST_HPARAMS, "vocab_size=100"), spec,
+            tmp_path, steps=3, verbose=0)
+    assert result.step == 3 and np.isfinite(result.loss)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mixed_precision, jit_compile", [
+    ("mixed_float16", False), ("mixed_bfloat16", False), (None, True)])
+def test_mixed_precision_and_xla(mixed_precision, jit_compile, tmp_path):
+    result = training.train(TEST_HPARAMS, "numbers", tmp_path, steps=5,
+                            mixed_precision=mixed_precision,
+                            jit_compile=jit_compile, verbose=0)
+    assert np.isfinite(result.loss)
+    expected = mixed_precision or "float32"
+    assert result.model.dtype_policy.name == expected
+    # Checkpointed weights stay float32 under mixed precision.
+    value = checkpoint_value(result.checkpoint, "model/source_embedding")
+    assert value.dtype == np.float32
+
+
+_MIRRORED_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    import hparams
+    from tfattn import training
+
+    hp = hparams.parse_overrides(hparams.get("tiny"), sys.argv[1])
+    # One global batch whose two halves hold different numbers of tokens.
+    rng = np.random.default_rng(0)
+    lengths = [3, 9, 2, 4, 8, 9, 1, 2]
+    labels = np.zeros([8, 9], np.int32)
+    for row, n in enumerate(lengths):
+        labels[row, :n] = rng.integers(4, 40, n)
+    source = np.where(labels > 0, labels + 1, 0)[:, :7]
+    source[:, 0] = 5
+    batch = ({"source": source, "target_in": labels}, labels)
+
+    def one_step(strategy):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = training.build_model(hp, 48, seed=0)
+            optimizer = training.build_optimizer(hp, model)
+            step = tf.Variable(0, dtype=tf.int64)
+        data = strategy.experimental_distribute_dataset(
+            tf.data.Dataset.from_tensors(batch).repeat())
+        train_step = training.make_train_step(
+            strategy, model, optimizer, step, hp, None, False)
+        iterator = iter(data)
+        losses = [float(train_step(iterator)[0]) for _ in range(2)]
+        return losses, [v.numpy() for v in model.trainable_variables]
+
+    single = one_step(tf.distribute.get_strategy())
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    double = one_step(mirrored)
+    difference = max(float(np.max(np.abs(a - b)))
+                     for a, b in zip(single[1], double[1]))
+    result = training.train(hp, "numbers", sys.argv[2], steps=4,
+                            strategy=mirrored, verbose=0)
+    print(json.dumps(dict(single=single[0], double=double[0],
+                          difference=difference,
+                          replicas=mirrored.num_replicas_in_sync,
+                          loss=result.loss, step=result.step)))
+""")
+
+
+@pytest.mark.slow
+def test_two_replicas_equal_one_device(tmp_path):
+    overrides = "num_layers=1,log_every_steps=2,checkpoint_every_steps=2"
+    out = subprocess.run(
+        [sys.executable, "-c", _MIRRORED_SCRIPT, overrides,
+         str(tmp_path / "run")],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["replicas"] == 2
+    np.testing.assert_allclose(report["single"], report["double"], rtol=1e-5)
+    assert report["difference"] < 1e-5
+    assert report["step"] == 4 and np.isfinite(report["loss"])
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_two_local_workers(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    model_dir = tmp_path / "run"
+    processes = []
+    for index in range(2):
+        config = json.dumps({"cluster": cluster,
+                             "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen(
+            [sys.executable, "train.py", "--hparams=tiny",
+             "--hparams_overrides=num_layers=1,log_every_steps=2",
+             "--train_steps=4", "--samples=0", "--progress_bar=false",
+             "--strategy=multi_worker_mirrored", f"--model_dir={model_dir}"],
+            cwd=REPO, env=dict(os.environ, TF_CONFIG=config,
+                               PYTHONPATH=REPO),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=600)[0])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-3000:]
+    # Both workers report the same loss; only the chief wrote files.
+    losses = [[line for line in output.splitlines()
+               if "Step 4: loss" in line][0].split("loss ")[1].split(",")[0]
+              for output in outputs]
+    assert losses[0] == losses[1]
+    assert checkpoint_steps(model_dir) == [4]
+    assert not (model_dir / ".workers").exists()
