@@ -229,16 +229,9 @@ class MultiHeadAttention(keras.layers.Layer):
             query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
             key, value, key_keep = cache["key"], cache["value"], cache["keep"]
         else:
-            if keys is queries and values is queries:
-                query, key, value = self._project_self(queries)
-            else:
-                query = attention_ops.split_heads(
-                    self.query_dense(queries), self.num_heads
-                )
-                key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
-                value = attention_ops.split_heads(
-                    self.value_dense(values), self.num_heads
-                )
+            query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
+            key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
+            value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
             key_keep = self._key_keep(keys, values, key_masks, padding_mask)
             if cache is not None:
                 cache = _write_cache(cache, cache_index, key, value, key_keep)
@@ -295,25 +288,6 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             results += (cache,)
         return results[0] if len(results) == 1 else results
-
-    def _project_self(self, x):
-        """Q, K, V of self-attention in one matmul: [B, T, C] -> 3 x [B, H, T, d].
-
-        The same numbers as the three Dense layers (whose weights it reads),
-        with one pass over `x` and one head transpose instead of three.
-        """
-        denses = (self.query_dense, self.key_dense, self.value_dense)
-        dtype = self.compute_dtype
-        kernel = ops.concatenate([ops.cast(d.kernel, dtype) for d in denses], axis=1)
-        bias = ops.concatenate([ops.cast(d.bias, dtype) for d in denses], axis=0)
-        qkv = ops.matmul(ops.cast(x, dtype), kernel) + bias
-        if self.flavor == "reference_2017":
-            qkv = ops.relu(qkv)
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        d = self.units // self.num_heads
-        qkv = ops.reshape(qkv, (batch, length, 3, self.num_heads, d))
-        qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))  # [3, B, H, T, d]
-        return qkv[0], qkv[1], qkv[2]
 
     def _key_keep(self, keys, values, key_masks, padding_mask):
         """The keys' keep-mask [B, T_k] (True = real key), or None."""
