@@ -65,13 +65,15 @@ def main():
     parser.add_argument("--units", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no_jit", dest="jit", action="store_false",
+                        help="Run the cached searches without XLA.")
     args = parser.parse_args()
     model, source = build_model(args)
     steps, batch = args.steps, args.batch
     start_ids = tf.fill([batch], tfattn.models.transformer.BOS_ID)
     no_eos = args.vocab
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=args.jit)
     def cached(beam_size):
         memory, keep = model.encode(source, training=False)
         cache = model.init_decode_cache(memory, keep, steps)
