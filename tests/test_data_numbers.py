@@ -1,5 +1,6 @@
 """Tests for the generated digits-to-words translation task."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -49,12 +50,23 @@ def splits():
 def test_split_sizes_and_disjointness(splits):
     assert len(splits["validation"]) == 500
     assert len(splits["test"]) == 500
-    assert len(splits["train"]) == 100_000 - 1000
     sets = {k: {src for src, _ in v} for k, v in splits.items()}
+    assert len(sets["train"]) == 100_000 - 1000  # distinct numbers
     assert sets["train"].isdisjoint(sets["validation"])
     assert sets["train"].isdisjoint(sets["test"])
     assert sets["validation"].isdisjoint(sets["test"])
-    assert len(sets["train"]) == len(splits["train"])  # No duplicates.
+    # Only numbers below 1,000 repeat.
+    assert len(splits["validation"]) == len(sets["validation"])
+    repeated = {src for src in sets["train"] if len(src) <= 3}
+    assert len(splits["train"]) - len(sets["train"]) == sum(
+        (500, 55, 6)[len(src) - 1] - 1 for src in repeated
+    )
+
+
+def test_every_input_length_gets_a_share_of_training(splits):
+    lengths = np.bincount([len(src) for src, _ in splits["train"]], minlength=6)
+    share = lengths[1:] / lengths.sum()
+    assert np.all(share >= 0.04), share
 
 
 def test_pairs_are_short_and_correct(splits):
@@ -91,7 +103,7 @@ def test_small_train_keeps_every_word():
     small = numbers_splits(
         seed=3, num_train=300, num_validation=50, num_test=50
     )
-    assert len(small["train"]) == 300
+    assert len({s for s, _ in small["train"]}) == 300
     assert {int(s) for s, _ in small["train"]} >= set(range(100))
     assert len({w for _, t in small["train"] for w in t.split()}) == 30
 

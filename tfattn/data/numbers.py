@@ -39,6 +39,11 @@ _ALWAYS_TRAIN = 100
 _MAX_SUPPORTED = 999_999
 
 
+# Copies in the training split of each number with 1, 2 or 3 digits (index =
+# digit count; 4 or more digits: one copy).
+_SHORT_REPEATS = (1, 500, 55, 6, 1)
+
+
 def _below_thousand(n):
     words = []
     hundreds, rest = divmod(n, 100)
@@ -107,8 +112,11 @@ def numbers_splits(
             Defaults to `0`.
         max_value: int. Largest number used, at most 999999 and at least
             `99 + num_validation + num_test + 1`. Defaults to `99999`.
-        num_train: int or None. Size of the training split; `None` keeps
-            every number not in validation or test. Defaults to `None`.
+        num_train: int or None. Distinct numbers in the training split;
+            `None` keeps every number not in validation or test. Defaults
+            to `None`. Numbers of 1, 2 and 3 digits are then repeated (500,
+            55 and 6 copies) so that short inputs are not drowned by the
+            five-digit ones.
         num_validation: int. Size of the validation split. Defaults to `500`.
         num_test: int. Size of the test split. Defaults to `500`.
 
@@ -149,6 +157,11 @@ def numbers_splits(
                 num_train,
             )
         train = train[:num_train]
+    # Numbers are uniform over 0..max_value, so nine in ten have five digits
+    # and a model trained on them keeps writing after "7". Repeating the
+    # short ones gives each length at least ~4% of the split.
+    digits = np.char.str_len(train.astype(str))
+    train = np.repeat(train, np.asarray(_SHORT_REPEATS)[np.minimum(digits, 4)])
     train = rng.permutation(train)
 
     def pairs(values):
