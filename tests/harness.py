@@ -104,3 +104,44 @@ def run_layer_test(
     after = reloaded.predict(inputs, verbose=0)
     np.testing.assert_allclose(after, before, atol=atol)
     return eager
+
+
+# --------------------------------------------------------------------------
+# Weights for numerical comparisons against the NumPy oracle.
+
+
+def randomize_weights(layer, seed=1):
+    """Non-trivial weights everywhere (biases and layer norms included)."""
+    rng = np.random.default_rng(seed)
+    for w in layer.weights:
+        w.assign(0.5 * rng.normal(size=w.shape).astype("float32"))
+
+
+def dense_params(layer):
+    """(kernel, bias) of a Dense layer as NumPy arrays."""
+    return layer.kernel.numpy(), layer.bias.numpy()
+
+
+def norm_params(layer):
+    """(gamma, beta) of a LayerNormalization as NumPy arrays."""
+    return layer.gamma.numpy(), layer.beta.numpy()
+
+
+def ffn_numpy(x, feed_forward):
+    """A `FeedForward` layer's ReLU network in NumPy, from its weights."""
+    (w1, b1), (w2, b2) = (dense_params(feed_forward.inner_dense),
+                          dense_params(feed_forward.outer_dense))
+    return np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+
+
+def attention_params(attention):
+    """A MultiHeadAttention's weights in `tests/reference_numpy`'s names."""
+    params = {}
+    for key, dense in (("q", attention.query_dense), ("k", attention.key_dense),
+                       ("v", attention.value_dense)):
+        params["w" + key], params["b" + key] = dense_params(dense)
+    if attention.flavor == "paper":
+        params["wo"], params["bo"] = dense_params(attention.output_dense)
+    else:
+        params["gamma"], params["beta"] = norm_params(attention.layer_norm)
+    return params

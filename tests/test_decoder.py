@@ -13,6 +13,7 @@ import tensorflow as tf
 import tfattn
 from tests.harness import run_layer_test
 from tests.test_decoder_block import keras_hub_decoder
+from tests.harness import randomize_weights as _randomize
 
 B, T, S, C, H, F, N = 2, 5, 6, 8, 2, 16, 2
 SETUPS = [  # (flavor, normalize_first)
@@ -38,12 +39,6 @@ def _keep(length, pads=2):
     keep = np.ones((B, length), bool)
     keep[0, -pads:] = False
     return keep
-
-
-def _randomize(layer, seed=1):
-    rng = np.random.default_rng(seed)
-    for w in layer.weights:
-        w.assign(0.5 * rng.normal(size=w.shape).astype("float32"))
 
 
 def _decoder(flavor, normalize_first=False, cross=True, num_layers=N, width=C):

@@ -15,6 +15,9 @@ import tfattn
 from tests import reference_numpy as ref
 from tests.harness import run_layer_test
 from tests.test_encoder_block import keras_hub_encoder
+from tests.harness import randomize_weights as _randomize
+from tests.harness import dense_params as _dense
+from tests.harness import norm_params as _ln
 
 B, T, C, H, F, N = 2, 5, 8, 2, 16, 2
 SETUPS = [  # (flavor, normalize_first)
@@ -38,12 +41,6 @@ def _keep(length=T):
     return keep
 
 
-def _randomize(layer, seed=1):
-    rng = np.random.default_rng(seed)
-    for w in layer.weights:
-        w.assign(0.5 * rng.normal(size=w.shape).astype("float32"))
-
-
 def _encoder(flavor, normalize_first=False, num_layers=N, **kwargs):
     kwargs.setdefault("dropout_rate", 0.0)
     encoder = tfattn.Encoder(
@@ -53,14 +50,6 @@ def _encoder(flavor, normalize_first=False, num_layers=N, **kwargs):
     encoder(_inputs())
     _randomize(encoder)
     return encoder
-
-
-def _dense(layer):
-    return layer.kernel.numpy(), layer.bias.numpy()
-
-
-def _ln(layer):
-    return layer.gamma.numpy(), layer.beta.numpy()
 
 
 # --------------------------------------------------------------------------

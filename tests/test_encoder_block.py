@@ -13,6 +13,11 @@ import pytest
 import tfattn
 from tests import reference_numpy as ref
 from tests.harness import run_layer_test
+from tests.harness import randomize_weights as _randomize
+from tests.harness import dense_params as _dense
+from tests.harness import norm_params as _ln
+from tests.harness import ffn_numpy as _ffn
+from tests.harness import attention_params as _reference_params
 
 B, T, C, H, F = 2, 5, 8, 2, 16
 SETUPS = [  # (flavor, normalize_first)
@@ -36,12 +41,6 @@ def _keep(length=T):
     return keep
 
 
-def _randomize(layer, seed=1):
-    rng = np.random.default_rng(seed)
-    for w in layer.weights:
-        w.assign(0.5 * rng.normal(size=w.shape).astype("float32"))
-
-
 def _block(flavor, normalize_first=False, x=None, **kwargs):
     kwargs.setdefault("dropout_rate", 0.0)
     block = tfattn.EncoderBlock(
@@ -51,28 +50,6 @@ def _block(flavor, normalize_first=False, x=None, **kwargs):
     block(_inputs() if x is None else x)
     _randomize(block)
     return block
-
-
-def _dense(layer):
-    return layer.kernel.numpy(), layer.bias.numpy()
-
-
-def _ln(layer):
-    return layer.gamma.numpy(), layer.beta.numpy()
-
-
-def _ffn(x, ff):
-    (w1, b1), (w2, b2) = _dense(ff.inner_dense), _dense(ff.outer_dense)
-    return np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
-
-
-def _reference_params(attention):
-    params = {}
-    for key, dense in (("q", attention.query_dense), ("k", attention.key_dense),
-                       ("v", attention.value_dense)):
-        params["w" + key], params["b" + key] = _dense(dense)
-    params["gamma"], params["beta"] = _ln(attention.layer_norm)
-    return params
 
 
 # --------------------------------------------------------------------------

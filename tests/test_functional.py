@@ -6,21 +6,13 @@ import pytest
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import attention_params as _params
 
 
 def _x(seed=0, length=5):
     x = np.random.default_rng(seed).normal(size=(2, length, 8)).astype("float32")
     x[0, -1] = 0.0
     return x
-
-
-def _params(layer):
-    return {
-        "wq": layer.query_dense.kernel.numpy(), "bq": layer.query_dense.bias.numpy(),
-        "wk": layer.key_dense.kernel.numpy(), "bk": layer.key_dense.bias.numpy(),
-        "wv": layer.value_dense.kernel.numpy(), "bv": layer.value_dense.bias.numpy(),
-        "gamma": layer.layer_norm.gamma.numpy(), "beta": layer.layer_norm.beta.numpy(),
-    }
 
 
 def test_functional_model_matches_numpy_reference():

@@ -13,6 +13,8 @@ import tensorflow as tf
 import tfattn
 from tests import reference_numpy as ref
 from tests.harness import run_layer_test
+from tests.harness import randomize_weights as _randomize
+from tests.harness import attention_params as _params
 
 B, T, C, H = 2, 5, 8, 2
 FLAVORS = ["paper", "reference_2017", "reference_2019"]
@@ -24,31 +26,6 @@ def _inputs(seed=0, batch=B, length=T, width=C, zero_rows=True):
     if zero_rows:
         x[0, -2:] = 0.0  # zero-padded rows, as the 2017 reference expects
     return x
-
-
-def _randomize(layer, seed=1):
-    """Non-trivial weights everywhere, biases and layer norm included."""
-    rng = np.random.default_rng(seed)
-    for w in layer.weights:
-        w.assign(0.5 * rng.normal(size=w.shape).astype("float32"))
-
-
-def _params(layer):
-    params = {
-        "wq": layer.query_dense.kernel.numpy(),
-        "bq": layer.query_dense.bias.numpy(),
-        "wk": layer.key_dense.kernel.numpy(),
-        "bk": layer.key_dense.bias.numpy(),
-        "wv": layer.value_dense.kernel.numpy(),
-        "bv": layer.value_dense.bias.numpy(),
-    }
-    if layer.flavor == "paper":
-        params["wo"] = layer.output_dense.kernel.numpy()
-        params["bo"] = layer.output_dense.bias.numpy()
-    else:
-        params["gamma"] = layer.layer_norm.gamma.numpy()
-        params["beta"] = layer.layer_norm.beta.numpy()
-    return params
 
 
 def _built(flavor, x, **kwargs):

@@ -19,6 +19,8 @@ import tfattn
 from tests import reference_numpy as ref
 from tfattn.models.transformer import BOS_ID
 from tfattn.models.transformer import EOS_ID
+from tests.harness import dense_params as _dense
+from tests.harness import norm_params as _ln
 
 # A one-token prefix gives keras' "softmax over an axis of size 1" warning.
 pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis")
@@ -177,14 +179,6 @@ def test_reference_2019_embedding_stage_golden_values():
 
 # --------------------------------------------------------------------------
 # End-to-end NumPy compositions of the reference models.
-
-
-def _dense(layer):
-    return layer.kernel.numpy(), layer.bias.numpy()
-
-
-def _ln(layer):
-    return layer.gamma.numpy(), layer.beta.numpy()
 
 
 def _attention_params(attention):
