@@ -104,6 +104,7 @@ def numbers_splits(
     num_train=None,
     num_validation=500,
     num_test=500,
+    balance_lengths=True,
 ):
     """Generates the three disjoint splits of the numbers task.
 
@@ -114,9 +115,10 @@ def numbers_splits(
             `99 + num_validation + num_test + 1`. Defaults to `99999`.
         num_train: int or None. Distinct numbers in the training split;
             `None` keeps every number not in validation or test. Defaults
-            to `None`. Numbers of 1, 2 and 3 digits are then repeated (500,
-            55 and 6 copies) so that short inputs are not drowned by the
-            five-digit ones.
+            to `None`.
+        balance_lengths: bool. Repeat the training split's numbers of 1, 2
+            and 3 digits (500, 55 and 6 copies) so that short inputs are not
+            drowned by the five-digit ones. Defaults to `True`.
         num_validation: int. Size of the validation split. Defaults to `500`.
         num_test: int. Size of the test split. Defaults to `500`.
 
@@ -124,6 +126,8 @@ def numbers_splits(
         A dict with keys `'train'`, `'validation'` and `'test'`, each a list
         of (digits, words) str tuples in a seeded random order.
     """
+    if not isinstance(balance_lengths, bool):
+        raise invalid_argument("balance_lengths", "a Python bool", balance_lengths)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise invalid_argument("seed", "an integer", seed)
     num_validation = _check_count("num_validation", num_validation)
@@ -160,8 +164,9 @@ def numbers_splits(
     # Numbers are uniform over 0..max_value, so nine in ten have five digits
     # and a model trained on them keeps writing after "7". Repeating the
     # short ones gives each length at least ~4% of the split.
-    digits = np.char.str_len(train.astype(str))
-    train = np.repeat(train, np.asarray(_SHORT_REPEATS)[np.minimum(digits, 4)])
+    if balance_lengths:
+        digits = np.char.str_len(train.astype(str))
+        train = np.repeat(train, np.asarray(_SHORT_REPEATS)[np.minimum(digits, 4)])
     train = rng.permutation(train)
 
     def pairs(values):

@@ -114,16 +114,17 @@ class Transformer(keras.Model):
             raise validation.invalid_argument(
                 "num_units", f"a multiple of num_heads={num_heads}", num_units, _CONTEXT
             )
-        defaults = _FLAVOR_DEFAULTS[flavor]
+        defaults = dict(_FLAVOR_DEFAULTS[flavor])
+        # The paper shares embeddings when there is one vocabulary and ties
+        # the output projection to them.
+        defaults.setdefault("share_embeddings", target_vocab_size is None)
+        defaults.setdefault("tie_output", True)
         positional_encoding = _resolve(
             "positional_encoding", positional_encoding, defaults, flavor, fixed=False
         )
         single_vocab = target_vocab_size in (None, source_vocab_size)
-        share = _resolve("share_embeddings", share_embeddings,
-                         dict(defaults, share_embeddings=defaults.get(
-                             "share_embeddings", target_vocab_size is None)), flavor)
-        tie = _resolve("tie_output", tie_output,
-                       dict(defaults, tie_output=defaults.get("tie_output", True)), flavor)
+        share = _resolve("share_embeddings", share_embeddings, defaults, flavor)
+        tie = _resolve("tie_output", tie_output, defaults, flavor)
         if share and not single_vocab:
             raise validation.invalid_argument(
                 "share_embeddings",
