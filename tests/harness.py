@@ -145,3 +145,17 @@ def attention_params(attention):
     else:
         params["gamma"], params["beta"] = norm_params(attention.layer_norm)
     return params
+
+
+def copy_to_keras_attention(twin, attention):
+    """Sets a built `keras.layers.MultiHeadAttention` (or keras-hub's) to a
+    paper-flavour tfattn attention's weights: (C, H·d) kernels become
+    (C, H, d), the output kernel (H·d, C) becomes (H, d, C)."""
+    h = attention.num_heads
+    d = attention.units // h
+    weights = []
+    for dense in (attention.query_dense, attention.key_dense, attention.value_dense):
+        kernel, bias = dense_params(dense)
+        weights += [kernel.reshape(-1, h, d), bias.reshape(h, d)]
+    kernel, bias = dense_params(attention.output_dense)
+    twin.set_weights(weights + [kernel.reshape(h, d, -1), bias])

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
 from tests.harness import randomize_weights as _randomize
 from tests.harness import dense_params as _dense
@@ -119,16 +120,6 @@ def test_reference_2017_matches_numpy_composition():
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
-def _set_keras_mha(twin, attention):
-    d = C // H
-    weights = []
-    for dense in (attention.query_dense, attention.key_dense, attention.value_dense):
-        k, b = _dense(dense)
-        weights += [k.reshape(C, H, d), b.reshape(H, d)]
-    k, b = _dense(attention.output_dense)
-    twin.set_weights(weights + [k.reshape(H, d, C), b])
-
-
 def keras_hub_decoder(block):
     """keras_hub TransformerDecoder holding a paper-flavour block's weights."""
     import keras_hub
@@ -138,10 +129,10 @@ def keras_hub_decoder(block):
         normalize_first=block.normalize_first,
     )
     twin.build((None, None, C), (None, None, C) if block.use_cross_attention else None)
-    _set_keras_mha(twin._self_attention_layer, block.self_attention)
+    copy_to_keras_attention(twin._self_attention_layer, block.self_attention)
     twin._self_attention_layer_norm.set_weights(_ln(block.self_attention_layer_norm))
     if block.use_cross_attention:
-        _set_keras_mha(twin._cross_attention_layer, block.cross_attention)
+        copy_to_keras_attention(twin._cross_attention_layer, block.cross_attention)
         twin._cross_attention_layer_norm.set_weights(
             _ln(block.cross_attention_layer_norm))
     twin._feedforward_intermediate_dense.set_weights(_dense(block.feed_forward.inner_dense))

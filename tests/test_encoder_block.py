@@ -12,6 +12,7 @@ import pytest
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
 from tests.harness import randomize_weights as _randomize
 from tests.harness import dense_params as _dense
@@ -108,16 +109,6 @@ def test_reference_2017_matches_numpy_composition():
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
-def _set_keras_mha(twin, attention):
-    d = C // H
-    weights = []
-    for dense in (attention.query_dense, attention.key_dense, attention.value_dense):
-        k, b = _dense(dense)
-        weights += [k.reshape(C, H, d), b.reshape(H, d)]
-    k, b = _dense(attention.output_dense)
-    twin.set_weights(weights + [k.reshape(H, d, C), b])
-
-
 def keras_hub_encoder(block):
     """keras_hub TransformerEncoder holding a paper-flavour block's weights."""
     import keras_hub
@@ -127,7 +118,7 @@ def keras_hub_encoder(block):
         normalize_first=block.normalize_first,
     )
     twin.build((None, None, C))
-    _set_keras_mha(twin._self_attention_layer, block.self_attention)
+    copy_to_keras_attention(twin._self_attention_layer, block.self_attention)
     twin._self_attention_layer_norm.set_weights(_ln(block.self_attention_layer_norm))
     twin._feedforward_intermediate_dense.set_weights(_dense(block.feed_forward.inner_dense))
     twin._feedforward_output_dense.set_weights(_dense(block.feed_forward.outer_dense))

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
 from tests.harness import randomize_weights as _randomize
 from tests.harness import attention_params as _params
@@ -137,13 +138,7 @@ def _keras_twin(layer):
     twin = keras.layers.MultiHeadAttention(num_heads=layer.num_heads, key_dim=d)
     x = np.zeros((1, 1, layer.query_dense.kernel.shape[0]), "float32")
     twin(x, x)
-    p = _params(layer)
-    twin.set_weights([
-        p["wq"].reshape(-1, layer.num_heads, d), p["bq"].reshape(layer.num_heads, d),
-        p["wk"].reshape(-1, layer.num_heads, d), p["bk"].reshape(layer.num_heads, d),
-        p["wv"].reshape(-1, layer.num_heads, d), p["bv"].reshape(layer.num_heads, d),
-        p["wo"].reshape(layer.num_heads, d, -1), p["bo"],
-    ])
+    copy_to_keras_attention(twin, layer)
     return twin
 
 
