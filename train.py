@@ -6,9 +6,14 @@ Modes: train (default), eval (BLEU on the test split), export (a
 string-to-string SavedModel), all (the three in turn). A run restarted with
 the same --model_dir resumes from its latest checkpoint with its saved
 hparams. See `python train.py --helpfull` for every flag.
+
+Exit status: 0 when done; 143 (128 + SIGTERM) when SIGTERM stopped training
+after saving a checkpoint (run the same command to resume); 1 on a
+non-finite loss or a missing file; 1 with usage help on bad flags or input.
 """
 
 import os
+import signal
 import sys
 
 from absl import app
@@ -256,6 +261,11 @@ def main(argv):
             run_eval(spec)
         if FLAGS.mode in ("export", "all"):
             run_export()
+    except training.TrainingPreempted as error:
+        # 128 + SIGTERM, the status of a process that SIGTERM ended: a
+        # scheduler sees the job as interrupted, not finished.
+        logging.warning("%s", error)
+        sys.exit(128 + signal.SIGTERM)
     except (training.NonFiniteLossError, FileNotFoundError,
             FileExistsError) as error:
         logging.error("%s", error)

@@ -1,9 +1,12 @@
-"""Tests of `train.py`: flag validators, `main`'s errors, an end-to-end run."""
+"""Tests of `train.py`: flag validators, `main`'s errors, end-to-end runs,
+kill and resume."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import tensorflow as tf
@@ -171,3 +174,144 @@ def test_end_to_end_train_eval_export_then_resume(tmp_path):
     (iterations,) = [n for n, _ in tf.train.list_variables(last)
                      if n.startswith("optimizer/_iterations")]
     assert tf.train.load_variable(last, iterations) == 25
+
+
+def _train_command(model_dir, *args):
+    return [sys.executable, "train.py", "--hparams=tiny", "--dataset=numbers",
+            f"--model_dir={model_dir}", "--samples=0", "--progress_bar=false",
+            *args]
+
+
+def _wait_until(predicate, process, log, timeout=300):
+    """Polls `predicate()` every 50 ms while `process` runs."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if process.poll() is not None:
+            pytest.fail("training ended before the kill:\n"
+                        + log.read_text()[-3000:])
+        time.sleep(0.05)
+    pytest.fail("timed out waiting for training:\n" + log.read_text()[-3000:])
+
+
+def _checkpoint_steps(model_dir):
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    return sorted(int(path.rsplit("-", 1)[1])
+                  for path in (state.all_model_checkpoint_paths
+                               if state else []))
+
+
+def _assert_checkpoints_load(model_dir):
+    """Every checkpoint the index lists reads back whole."""
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    for path in state.all_model_checkpoint_paths:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+
+
+def _run_killed(command, log, signum, ready):
+    """Starts `command`, sends `signum` once `ready()`, returns the status."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=REPO, stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        _wait_until(ready, process, log)
+        process.send_signal(signum)
+        return process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _checkpoint_step_value(path):
+    (name,) = [n for n, _ in tf.train.list_variables(path)
+               if n.startswith("step/")]
+    return int(tf.train.load_variable(path, name))
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path):
+    model_dir = tmp_path / "run"
+    command = _train_command(
+        model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
+        "checkpoint_every_steps=5", "--train_steps=200", "--mode=all")
+    status = _run_killed(
+        command, tmp_path / "first.log", signal.SIGKILL,
+        ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)))
+    assert status == -signal.SIGKILL
+    killed_at = max(_checkpoint_steps(model_dir))
+    assert 10 <= killed_at < 200
+    _assert_checkpoints_load(model_dir)
+    assert not (model_dir / "export").exists()
+
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"resuming at step {killed_at}." in out.stderr
+    assert f"from step {killed_at} to 200" in out.stderr
+    _assert_checkpoints_load(model_dir)
+    assert _checkpoint_step_value(str(model_dir / "ckpt-200")) == 200
+    # The export is whole: it loads and translates in a fresh process.
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, tensorflow as tf, "
+         "tensorflow_text; m = tf.saved_model.load(sys.argv[1]); "
+         "print(m.signatures['serving_default'](sentences=tf.constant("
+         "['12']))['translations'].numpy())", str(model_dir / "export")],
+        capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.startswith("[b'")
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(tmp_path):
+    model_dir = tmp_path / "run"
+    log = tmp_path / "first.log"
+    # No periodic checkpoint before the end: the one found after SIGTERM
+    # can only come from the SIGTERM handler.
+    command = _train_command(
+        model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
+        "checkpoint_every_steps=1000", "--train_steps=300")
+    status = _run_killed(command, log, signal.SIGTERM,
+                         ready=lambda: "step 5:" in log.read_text())
+    text = log.read_text()
+    assert status == 128 + signal.SIGTERM, text[-3000:]
+    (stopped_at,) = _checkpoint_steps(model_dir)
+    assert 5 <= stopped_at < 300
+    assert f"Training stopped on SIGTERM at step {stopped_at}" in text
+    assert "Run the same command again to resume" in text
+    _assert_checkpoints_load(model_dir)
+    assert _checkpoint_step_value(
+        str(model_dir / f"ckpt-{stopped_at}")) == stopped_at
+
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"resuming at step {stopped_at}." in out.stderr
+    assert _checkpoint_steps(model_dir) == [stopped_at, 300]
+
+
+def test_main_exits_143_when_preempted(tmp_path, monkeypatch):
+    def preempted(*args, **kwargs):
+        raise training.TrainingPreempted(12, "/run/ckpt-12")
+
+    monkeypatch.setattr(training, "train", preempted)
+    parse(f"--model_dir={tmp_path}", "--hparams=tiny")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["train.py"])
+    assert exit_info.value.code == 143
+
+
+def test_worker_index_out_of_range_is_refused_before_training(tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"worker": ["localhost:1", "localhost:2"]},
+        "task": {"type": "worker", "index": 2}}))
+    model_dir = tmp_path / "run"
+    parse(f"--model_dir={model_dir}", "--hparams=tiny",
+          "--strategy=multi_worker_mirrored")
+    with pytest.raises(app.UsageError, match="task index 2 is not an index"):
+        train.main(["train.py"])
+    assert not model_dir.exists()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -338,10 +339,13 @@ def test_tfds_dataset_with_mock_data(tmp_path):
 @pytest.mark.parametrize("mixed_precision, jit_compile", [
     ("mixed_float16", False), ("mixed_bfloat16", False), (None, True)])
 def test_mixed_precision_and_xla(mixed_precision, jit_compile, tmp_path):
-    result = training.train(TEST_HPARAMS, "numbers", tmp_path, steps=5,
-                            mixed_precision=mixed_precision,
-                            jit_compile=jit_compile, verbose=0)
-    assert np.isfinite(result.loss)
+    losses = []
+    result = training.train(
+        TEST_HPARAMS, "numbers", tmp_path, steps=20,
+        mixed_precision=mixed_precision, jit_compile=jit_compile, verbose=0,
+        on_step_end=lambda step, logs: losses.append(float(logs["loss"])))
+    assert np.all(np.isfinite(losses))
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.3
     expected = mixed_precision or "float32"
     assert result.model.dtype_policy.name == expected
     # Checkpointed weights stay float32 under mixed precision.
@@ -425,6 +429,102 @@ def _free_ports(count):
     return ports
 
 
+_WORKER_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import hparams
+    from tfattn import training
+
+    # TF_CONFIG set: one of several workers; unset: a single local worker.
+    strategy = training.make_strategy("multi_worker_mirrored")
+    hp = hparams.parse_overrides(hparams.get("tiny"), sys.argv[1])
+    # Three global batches of 8 rows holding different numbers of tokens.
+    rng = np.random.default_rng(0)
+    labels = np.zeros([3, 8, 9], np.int32)
+    for batch in range(3):
+        for row in range(8):
+            n = int(rng.integers(1, 10))
+            labels[batch, row, :n] = rng.integers(4, 40, n)
+    source = np.where(labels > 0, labels + 1, 0)[..., :7]
+    source[..., 0] = 5
+
+    def dataset_fn(context):
+        rows = 8 // context.num_input_pipelines
+        part = slice(context.input_pipeline_id * rows,
+                     (context.input_pipeline_id + 1) * rows)
+        return tf.data.Dataset.from_tensor_slices((
+            {"source": source[:, part], "target_in": labels[:, part]},
+            labels[:, part]))
+
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = training.build_model(hp, 48, seed=0)
+        optimizer = training.build_optimizer(hp, model)
+        step = tf.Variable(0, dtype=tf.int64)
+    train_step = training.make_train_step(
+        strategy, model, optimizer, step, hp, None, False)
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    losses = [float(train_step(iterator)[0]) for _ in range(3)]
+    np.savez(sys.argv[2], *[v.numpy() for v in model.weights])
+    print(json.dumps(dict(losses=losses,
+                          replicas=strategy.num_replicas_in_sync)))
+""")
+
+
+def _run_workers(tmp_path, count, overrides):
+    """Runs `_WORKER_SCRIPT` as `count` workers (0: no TF_CONFIG)."""
+    ports = _free_ports(max(count, 1))
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    processes = []
+    try:
+        for index in range(max(count, 1)):
+            env = dict(os.environ, PYTHONPATH=REPO)
+            env.pop("TF_CONFIG", None)
+            if count:
+                env["TF_CONFIG"] = json.dumps(
+                    {"cluster": cluster,
+                     "task": {"type": "worker", "index": index}})
+            processes.append(subprocess.Popen(
+                [sys.executable, "-c", _WORKER_SCRIPT, overrides,
+                 str(tmp_path / f"weights_{count}_{index}.npz")],
+                cwd=REPO, env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True))
+        outputs = [p.communicate(timeout=600) for p in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    reports = []
+    for index, (process, (out, err)) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, err[-3000:]
+        report = json.loads(out.strip().splitlines()[-1])
+        with np.load(tmp_path / f"weights_{count}_{index}.npz") as f:
+            report["weights"] = [f[k] for k in sorted(
+                f.files, key=lambda k: int(k.split("_")[1]))]
+        reports.append(report)
+    return reports
+
+
+@pytest.mark.slow
+def test_two_workers_match_one_worker_with_the_same_global_batch(tmp_path):
+    overrides = "num_layers=1,attention_dropout_rate=0.0"
+    workers = _run_workers(tmp_path, 2, overrides)
+    (single,) = _run_workers(tmp_path, 0, overrides)
+    assert [w["replicas"] for w in workers] == [2, 2]
+    assert single["replicas"] == 1
+    # Both workers hold identical weights (the same all-reduced update).
+    assert workers[0]["losses"] == workers[1]["losses"]
+    for a, b in zip(workers[0]["weights"], workers[1]["weights"]):
+        np.testing.assert_array_equal(a, b)
+    # The loss curve of 2 workers x 4 rows = 1 worker x 8 rows, to 1e-5
+    # relative (the order of float sums differs).
+    np.testing.assert_allclose(workers[0]["losses"], single["losses"],
+                               rtol=1e-5)
+
+
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_local_workers(tmp_path):
     ports = _free_ports(2)
@@ -459,3 +559,99 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
     assert losses[0] == losses[1]
     assert checkpoint_steps(model_dir) == [4]
     assert not (model_dir / ".workers").exists()
+
+
+def _fixed_batch(seed=0, rows=8):
+    """A batch whose rows hold different numbers of target tokens."""
+    rng = np.random.default_rng(seed)
+    labels = np.zeros([rows, 9], np.int32)
+    for row in range(rows):
+        n = int(rng.integers(1, 10))
+        labels[row, :n] = rng.integers(4, 40, n)
+    source = np.where(labels > 0, labels + 1, 0)[:, :7]
+    source[:, 0] = 5
+    return {"source": source, "target_in": labels}, labels
+
+
+@pytest.mark.slow
+def test_xla_step_matches_the_plain_step():
+    """`jit_compile=True` computes the same loss and update (float32)."""
+    hp = hparams.parse_overrides(TEST_HPARAMS, "attention_dropout_rate=0.0")
+    batch = _fixed_batch()
+    results = []
+    for jit in (False, True):
+        keras.utils.set_random_seed(0)
+        model = training.build_model(hp, 48, seed=0)
+        optimizer = training.build_optimizer(hp, model)
+        step = tf.Variable(0, dtype=tf.int64)
+        train_step = training.make_train_step(
+            tf.distribute.get_strategy(), model, optimizer, step, hp, None,
+            jit)
+        iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
+        results.append([float(train_step(iterator)[0]) for _ in range(4)])
+    # The weights are compared through the losses they give after 1-3
+    # updates, not one by one: Adam turns float rounding in zero gradients
+    # (the key projection's bias has none: softmax ignores it) into
+    # updates of +-lr that differ between any two compilations.
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides, replicas, expected", [
+    ("batch_size=64", 1, (64, None)),
+    ("batch_size=64", 8, (8, None)),
+    ("batch_size=None,tokens_per_batch=4096", 3, (None, 1365)),
+    # Never below one sentence of max_train_length tokens.
+    ("batch_size=None,tokens_per_batch=100,max_train_length=32", 4,
+     (None, 32)),
+])
+def test_per_replica_batch(overrides, replicas, expected):
+    hp = hparams.parse_overrides(hparams.get("tiny"), overrides)
+    assert training.per_replica_batch(hp, replicas) == expected
+
+
+class _FakeStrategy:
+    num_replicas_in_sync = 3
+
+
+def test_indivisible_global_batch_is_refused_before_anything_is_written(
+        tmp_path):
+    hp = hparams.parse_overrides(TEST_HPARAMS, "batch_size=64")
+    with pytest.raises(ValueError, match="batch_size=64 is not divisible by "
+                       "the strategy's 3 replicas") as error:
+        training.train(hp, "numbers", tmp_path / "run",
+                       strategy=_FakeStrategy(), verbose=0)
+    assert "batch_size=63" in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
+    """The sharding policy: input pipeline i reads pairs i, i + n, ..."""
+    pairs = [(f"s{i}", f"t{i}") for i in range(12)]
+    monkeypatch.setattr(training, "load_split", lambda spec, split: (
+        tf.data.Dataset.from_tensor_slices(
+            {"inputs": [p[0] for p in pairs],
+             "targets": [p[1] for p in pairs]})))
+    seen = {}
+
+    def fake_make_batches(dataset, tokenizer, **kwargs):
+        seen.setdefault("kwargs", kwargs)
+        return dataset.take(6)
+
+    monkeypatch.setattr(training.data_lib, "make_batches", fake_make_batches)
+
+    class TwoWorkers:
+        num_replicas_in_sync = 2
+
+        def distribute_datasets_from_function(self, dataset_fn):
+            return [dataset_fn(tf.distribute.InputContext(
+                num_input_pipelines=2, input_pipeline_id=i,
+                num_replicas_in_sync=2)) for i in range(2)]
+
+    hp = hparams.parse_overrides(TEST_HPARAMS, "batch_size=64")
+    shards = training._distributed_batches(
+        TwoWorkers(), hp, None, None, seed=0, static_shapes=False)
+    read = [[x["inputs"].decode() for x in shard.as_numpy_iterator()]
+            for shard in shards]
+    assert read == [[f"s{i}" for i in range(0, 12, 2)],
+                    [f"s{i}" for i in range(1, 12, 2)]]
+    assert seen["kwargs"]["batch_size"] == 32

@@ -30,6 +30,15 @@ A non-finite loss stops training with `NonFiniteLossError` naming the step,
 and nothing is saved after it, so the last checkpoint stays the last good
 one. Weights are also checked before every save.
 
+Preemption: SIGTERM (what schedulers and cloud VMs send before they kill a
+job) makes the loop finish its current step, save a checkpoint there and
+raise `TrainingPreempted`; `train.py` then exits with status 143 (128 +
+SIGTERM). Under `MultiWorkerMirroredStrategy` the stop request travels in
+the step's all-reduce, so every worker stops after the same step and they
+save together. A SIGKILL cannot be caught: the run resumes from the last
+periodic checkpoint, which TensorFlow writes atomically (the `checkpoint`
+index file is replaced only after a save's files are complete).
+
 Datasets are named by a spec string (`parse_dataset_spec`): `numbers` (the
 generated task, offline), `multi30k` (with a manual directory of its files),
 `tfds:NAME` (a TFDS translation dataset) or `textfiles:PREFIX` (a user's
@@ -40,6 +49,8 @@ data, differing hparams on resume) raises before anything is written.
 import dataclasses
 import json
 import os
+import signal
+import threading
 import time
 
 import keras
@@ -86,6 +97,53 @@ class NonFiniteLossError(RuntimeError):
             "--hparams_overrides=learning_rate_scale=0.5), or use float32 "
             "when --mixed_precision was on, then resume."
         )
+
+
+class TrainingPreempted(RuntimeError):
+    """Training stopped on SIGTERM after saving a checkpoint.
+
+    Attributes:
+        step: int. The step training stopped (and saved) at.
+        checkpoint: str or None. The checkpoint saved there.
+    """
+
+    def __init__(self, step, checkpoint):
+        self.step = step
+        self.checkpoint = checkpoint
+        super().__init__(
+            f"Training stopped on SIGTERM at step {step} and saved "
+            f"{checkpoint or 'a checkpoint (on the chief)'}. Run the same "
+            "command again to resume from it.")
+
+
+class _StopRequest:
+    """Sets a flag on SIGTERM while training runs (main thread only).
+
+    The previous handler comes back on exit. Outside the main thread (where
+    Python allows no signal handlers) it only serves as a flag that stays
+    False.
+    """
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        del frame
+        logging.warning("Received signal %d: stopping after this step and "
+                        "saving a checkpoint.", signum)
+        self.requested = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+        return False
 
 
 # ----------------------------------------------------------------------
@@ -590,25 +648,48 @@ def _weights_finite(model):
 # ----------------------------------------------------------------------
 # Input.
 
+def per_replica_batch(hp, replicas):
+    """Each replica's share of the hparams' global batch.
+
+    Args:
+        hp: HParams with `batch_size` (sentences) or `tokens_per_batch`.
+        replicas: int. `strategy.num_replicas_in_sync`.
+
+    Returns:
+        (batch_size, tokens_per_batch) for one replica; one of them is None.
+        A token budget is divided and rounded down, but never below one
+        sentence of `max_train_length` tokens.
+
+    Raises:
+        ValueError: `batch_size` is not a multiple of `replicas` (the
+            replicas would not add up to the global batch).
+    """
+    if hp.batch_size:
+        if hp.batch_size % replicas:
+            raise ValueError(
+                f"The global batch_size={hp.batch_size} is not divisible by "
+                f"the strategy's {replicas} replicas. Choose a multiple of "
+                f"{replicas}, e.g. --hparams_overrides=batch_size="
+                f"{max(replicas, hp.batch_size // replicas * replicas)}.")
+        return hp.batch_size // replicas, None
+    return None, max(hp.max_train_length, hp.tokens_per_batch // replicas)
+
+
 def _distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
     """Repeated, per-replica bucketed batches of the training split.
 
-    Each input pipeline (one per worker) reads its shard of the pairs, and
-    each replica gets the global `batch_size` (or `tokens_per_batch`)
-    divided by the number of replicas.
+    Sharding policy: each input pipeline (one per worker) reads every
+    `num_input_pipelines`-th pair from its `input_pipeline_id` on (a
+    `Dataset.shard` of the records, so workers never share a pair), and
+    each replica gets its `per_replica_batch` of the global batch.
     """
-    replicas = strategy.num_replicas_in_sync
+    batch_size, tokens = per_replica_batch(hp, strategy.num_replicas_in_sync)
 
     def dataset_fn(context):
         pairs = load_split(spec, "train")
         if context.num_input_pipelines > 1:
             pairs = pairs.shard(context.num_input_pipelines,
                                 context.input_pipeline_id)
-        batch_size = tokens = None
-        if hp.batch_size:
-            batch_size = max(1, hp.batch_size // replicas)
-        else:
-            tokens = max(hp.max_train_length, hp.tokens_per_batch // replicas)
         return data_lib.make_batches(
             pairs.repeat(), tokenizer, max_length=hp.max_train_length,
             batch_size=batch_size, tokens_per_batch=tokens,
@@ -693,6 +774,8 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
         ValueError, FileNotFoundError: bad arguments or missing data, before
             anything is written.
         NonFiniteLossError: the loss became NaN or infinite.
+        TrainingPreempted: SIGTERM arrived; a checkpoint was saved at the
+            step it stopped at.
     """
     started = time.time()
     model_dir = str(model_dir)
@@ -717,6 +800,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     hp = resolve_hparams(model_dir, hparams)
     if steps is not None or epochs is not None:
         hp = dataclasses.replace(hp, train_steps=steps, train_epochs=epochs)
+    per_replica_batch(hp, strategy.num_replicas_in_sync)
     check_dataset(dataset)
     train_pairs = load_split(dataset, "train")
     latest = tf.train.latest_checkpoint(model_dir)
@@ -824,17 +908,30 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
 
     with writer.as_default(step=start_step):
         _summary("hparams", hparams_lib.to_json(hp), plugin="text")
+    # Workers must agree on the step they stop at: they read the all-reduced
+    # request (a host sync per step); one process reads its own flag.
+    shared_stop = _num_workers(strategy) > 1
     at = start_step
-    while at < total_steps:
-        loss, tokens, correct = train_step(iterator)
-        at += 1
-        pending.append((at, loss, tokens, correct))
-        if at % hp.log_every_steps == 0 or at == total_steps:
-            log(at)
-        if at % hp.checkpoint_every_steps == 0 or at == total_steps:
-            save(at)
-        if on_step_end is not None:
-            on_step_end(at, {"loss": loss})
+    with _StopRequest() as stop_request:
+        while at < total_steps:
+            loss, tokens, correct, stop = train_step(
+                iterator, tf.constant(float(stop_request.requested)))
+            at += 1
+            pending.append((at, loss, tokens, correct))
+            stopping = (bool(stop > 0) if shared_stop
+                        else stop_request.requested)
+            if (at % hp.log_every_steps == 0 or at == total_steps
+                    or stopping):
+                log(at)
+            if (at % hp.checkpoint_every_steps == 0 or at == total_steps
+                    or stopping):
+                save(at)
+            if stopping:
+                logging.warning("Stopped on SIGTERM at step %d; saved %s.",
+                                at, saved)
+                raise TrainingPreempted(at, saved if chief else None)
+            if on_step_end is not None:
+                on_step_end(at, {"loss": loss})
     flush()
     if not chief:
         tf.io.gfile.rmtree(write_dir)
@@ -931,10 +1028,12 @@ def _worker_dir(model_dir, strategy):
 
 def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
                      jit_compile):
-    """The distributed training step: `train_step(iterator)`.
+    """The distributed training step: `train_step(iterator, stop=None)`.
 
-    Returns the global mean loss, the global number of target tokens and
-    the number of them predicted correctly (argmax), as scalars.
+    `stop` is a float scalar tensor, > 0 where this worker was asked to
+    stop. Returns the global mean loss, the global number of target tokens,
+    the number of them predicted correctly (argmax) and the sum of the
+    workers' `stop` values, as scalars: one all-reduce of the four.
     """
     loss_scaling = mixed_precision == "mixed_float16"
     variables = model.trainable_variables
@@ -957,7 +1056,7 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
     if jit_compile:
         forward_backward = tf.function(forward_backward, jit_compile=True)
 
-    def replica_step(inputs, labels):
+    def replica_step(inputs, labels, stop):
         context = tf.distribute.get_replica_context()
         tokens = tf.reduce_sum(tf.cast(
             tf.not_equal(labels, data_lib.PAD_ID), tf.float32))
@@ -965,16 +1064,26 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
             context.all_reduce(tf.distribute.ReduceOp.SUM, tokens), 1.0)
         loss, grads, correct = forward_backward(inputs, labels, global_tokens)
         optimizer.apply_gradients(zip(grads, variables))
-        return loss, tokens, correct
+        return tf.stack([tf.cast(loss, tf.float32), tokens, correct, stop])
 
     @tf.function
-    def train_step(iterator):
+    def train_step(iterator, stop=None):
+        if stop is None:
+            stop = tf.constant(0.0)
         inputs, labels = next(iterator)
-        results = strategy.run(replica_step, args=(inputs, labels))
-        loss, tokens, correct = [
-            strategy.reduce(tf.distribute.ReduceOp.SUM, r, axis=None)
-            for r in results]
+        results = strategy.run(replica_step, args=(inputs, labels, stop))
+        totals = strategy.reduce(tf.distribute.ReduceOp.SUM, results,
+                                 axis=None)
         step.assign_add(1)
-        return loss, tokens, correct
+        return totals[0], totals[1], totals[2], totals[3]
 
     return train_step
+
+
+def _num_workers(strategy):
+    """Worker processes of a multi-worker strategy (1 for the others)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    return sum(len(cluster.get(task_type, ()))
+               for task_type in ("chief", "worker")) or 1
