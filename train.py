@@ -73,6 +73,10 @@ flags.DEFINE_integer("train_epochs", None,
 flags.DEFINE_string("export_dir", None,
                     "Export directory (export and all modes; default "
                     "MODEL_DIR/export).")
+flags.DEFINE_integer("average_checkpoints", 1,
+                     "Eval and export the average of the last this many "
+                     "checkpoints (see the hparams' keep_checkpoints).",
+                     lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Initialisation, dropout and data seed.")
 flags.DEFINE_integer("samples", 100,
                      "After training, translate this many validation pairs "
@@ -209,10 +213,20 @@ def run_train(hp, spec, strategy):
     return result
 
 
+def restore():
+    """The trained model (averaged over --average_checkpoints)."""
+    try:
+        return training.restore_model(
+            FLAGS.model_dir, average_last=FLAGS.average_checkpoints)
+    except ValueError as error:  # More checkpoints asked than kept.
+        logging.error("%s", error)
+        sys.exit(f"Error: {error}")
+
+
 def run_eval(spec):
     from tfattn import data
     from tfattn import evaluation
-    model, tokenizer, hp = training.restore_model(FLAGS.model_dir)
+    model, tokenizer, hp = restore()
     pairs = training.load_pairs(spec, "test")
     references = None
     if spec.kind == "multi30k" and spec.manual_dir:
@@ -238,7 +252,7 @@ def run_eval(spec):
 
 def run_export():
     from tfattn import export
-    model, tokenizer, hp = training.restore_model(FLAGS.model_dir)
+    model, tokenizer, hp = restore()
     export_dir = FLAGS.export_dir or os.path.join(FLAGS.model_dir, "export")
     path = export.export_translator(
         model, tokenizer, export_dir, beam_size=hp.beam_size,

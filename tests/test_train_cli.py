@@ -315,3 +315,20 @@ def test_worker_index_out_of_range_is_refused_before_training(tmp_path,
     with pytest.raises(app.UsageError, match="task index 2 is not an index"):
         train.main(["train.py"])
     assert not model_dir.exists()
+
+
+def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
+                                                         monkeypatch):
+    seen = {}
+
+    def fake_restore(model_dir, average_last=1):
+        seen["average_last"] = average_last
+        raise ValueError("Cannot average the last 7 checkpoints")
+
+    monkeypatch.setattr(training, "restore_model", fake_restore)
+    parse(f"--model_dir={tmp_path}", "--mode=export",
+          "--average_checkpoints=7")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["train.py"])
+    assert "Cannot average the last 7" in str(exit_info.value.code)
+    assert seen["average_last"] == 7

@@ -655,3 +655,29 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
     assert read == [[f"s{i}" for i in range(0, 12, 2)],
                     [f"s{i}" for i in range(1, 12, 2)]]
     assert seen["kwargs"]["batch_size"] == 32
+
+
+def test_restore_model_averages_the_last_checkpoints(trained, tmp_path):
+    _, model_dir, _ = trained
+    paths = tf.train.get_checkpoint_state(
+        model_dir).all_model_checkpoint_paths
+    assert len(paths) >= 2
+    model, _, _ = training.restore_model(model_dir, average_last=2)
+    # Independent of restore_model: the mean read straight from the files.
+    for weight in model.weights:
+        key = weight.path.split("/", 1)[1]
+        expected = np.mean([checkpoint_value(p, "model/" + key.replace(
+            "/", ".S")) for p in paths[-2:]], axis=0)
+        np.testing.assert_allclose(weight.numpy(), expected, rtol=1e-6,
+                                   atol=1e-7)
+
+
+@pytest.mark.parametrize("average_last, message", [
+    (0, "expected a positive int. Received: average_last=0"),
+    (1.5, "Received: average_last=1.5"),
+    (99, "Cannot average the last 99 checkpoints"),
+])
+def test_restore_model_refuses_bad_averages(trained, average_last, message):
+    _, model_dir, _ = trained
+    with pytest.raises(ValueError, match=message):
+        training.restore_model(model_dir, average_last=average_last)

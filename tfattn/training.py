@@ -962,28 +962,58 @@ def load_pairs(spec, split, limit=None):
     return pairs
 
 
-def restore_model(model_dir):
-    """The model of `model_dir`'s latest checkpoint, for inference.
+def restore_model(model_dir, average_last=1):
+    """The model of `model_dir`'s latest checkpoint(s), for inference.
+
+    Args:
+        model_dir: str.
+        average_last: int. Average the weights of the last this many
+            checkpoints that `model_dir` keeps (the paper averages the last
+            5 of a base run, §6.1); 1 takes the latest alone.
 
     Returns:
         (model, tokenizer, hparams): a built `Transformer` holding the
-        checkpoint's weights, its `SubwordTokenizer` and its HParams.
+        checkpoint's (or average's) weights, its `SubwordTokenizer` and its
+        HParams.
 
     Raises:
         FileNotFoundError: no hparams, vocabulary or checkpoint there.
+        ValueError: `average_last` is not a positive int, or more than the
+            checkpoints kept.
     """
     model_dir = str(model_dir)
+    if (isinstance(average_last, bool) or not isinstance(average_last, int)
+            or average_last < 1):
+        raise ValueError(
+            "Received an invalid value for argument `average_last`, expected "
+            f"a positive int. Received: average_last={average_last!r}")
     hp = load_saved_hparams(model_dir)
-    latest = tf.train.latest_checkpoint(model_dir)
-    if hp is None or latest is None:
+    state = tf.train.get_checkpoint_state(model_dir)
+    if hp is None or state is None or not state.model_checkpoint_path:
         raise FileNotFoundError(
             f"{model_dir} holds no trained model (hparams.json and a "
             "checkpoint); train one first (--mode=train).")
+    paths = list(state.all_model_checkpoint_paths)
+    if average_last > len(paths):
+        raise ValueError(
+            f"Cannot average the last {average_last} checkpoints: "
+            f"{model_dir} keeps {len(paths)} ({', '.join(paths)}). Received: "
+            f"average_last={average_last}")
     tokenizer = data_lib.load_tokenizer(model_dir)
     model = build_model(hp, tokenizer.vocab_size)
-    tf.train.Checkpoint(model=model_weights(model)).restore(
-        latest).assert_existing_objects_matched().expect_partial()
-    logging.info("Restored the model of %s.", latest)
+    checkpoint = tf.train.Checkpoint(model=model_weights(model))
+    total = None
+    for path in paths[-average_last:]:
+        checkpoint.restore(path).assert_existing_objects_matched(
+        ).expect_partial()
+        values = [w.numpy().astype(np.float64) for w in model.weights]
+        total = values if total is None else [
+            t + v for t, v in zip(total, values)]
+    if average_last > 1:
+        for weight, value in zip(model.weights, total):
+            weight.assign((value / average_last).astype(weight.dtype))
+    logging.info("Restored the model of %s.", ", ".join(
+        paths[-average_last:]) if average_last > 1 else paths[-1])
     return model, tokenizer, hp
 
 
