@@ -681,3 +681,36 @@ def test_restore_model_refuses_bad_averages(trained, average_last, message):
     _, model_dir, _ = trained
     with pytest.raises(ValueError, match=message):
         training.restore_model(model_dir, average_last=average_last)
+
+
+def test_tpu_strategy_wiring(monkeypatch):
+    """--tpu reaches the resolver, which connects and builds the strategy."""
+    calls = []
+
+    class FakeResolver:
+        def __init__(self, tpu):
+            calls.append(("resolver", tpu))
+
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver",
+                        FakeResolver)
+    monkeypatch.setattr(tf.config, "experimental_connect_to_cluster",
+                        lambda r: calls.append(("connect", type(r))))
+    monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system",
+                        lambda r: calls.append(("initialize", type(r))))
+    monkeypatch.setattr(tf.distribute, "TPUStrategy",
+                        lambda r: ("strategy", type(r)))
+    assert training.make_strategy("tpu", tpu="grpc://10.0.0.2:8470") == (
+        "strategy", FakeResolver)
+    assert calls == [("resolver", "grpc://10.0.0.2:8470"),
+                     ("connect", FakeResolver), ("initialize", FakeResolver)]
+
+
+def test_unreachable_tpu_is_a_clear_error(monkeypatch):
+    def unreachable(tpu):
+        raise ValueError(f"Could not lookup TPU metadata from {tpu}")
+
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver",
+                        unreachable)
+    with pytest.raises(ValueError, match="Could not connect to the TPU "
+                       "'my-tpu'"):
+        training.make_strategy("tpu", tpu="my-tpu")
