@@ -159,3 +159,22 @@ def copy_to_keras_attention(twin, attention):
         weights += [kernel.reshape(-1, h, d), bias.reshape(h, d)]
     kernel, bias = dense_params(attention.output_dense)
     twin.set_weights(weights + [kernel.reshape(h, d, -1), bias])
+
+
+def uneven_translation_batches(count=1, rows=8, seed=0):
+    """`count` (inputs, labels) batches of `rows` rows for training steps.
+
+    Rows hold 1-9 target tokens (ids 4-39, zero-padded to 9) so that two
+    halves of a batch hold different token counts, as replicas must handle;
+    sources (length 7) start with id 5. Returns numpy arrays of shape
+    [count, rows, ...]: `{"source", "target_in"}`, labels.
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.zeros([count, rows, 9], np.int32)
+    for batch in range(count):
+        for row in range(rows):
+            n = int(rng.integers(1, 10))
+            labels[batch, row, :n] = rng.integers(4, 40, n)
+    source = np.where(labels > 0, labels + 1, 0)[..., :7]
+    source[..., 0] = 5
+    return {"source": source, "target_in": labels}, labels

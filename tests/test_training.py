@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import hparams
+from tests.harness import uneven_translation_batches
 from tfattn import training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -364,16 +365,12 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
     import hparams
     from tfattn import training
 
+    from tests.harness import uneven_translation_batches
+
     hp = hparams.parse_overrides(hparams.get("tiny"), sys.argv[1])
     # One global batch whose two halves hold different numbers of tokens.
-    rng = np.random.default_rng(0)
-    lengths = [3, 9, 2, 4, 8, 9, 1, 2]
-    labels = np.zeros([8, 9], np.int32)
-    for row, n in enumerate(lengths):
-        labels[row, :n] = rng.integers(4, 40, n)
-    source = np.where(labels > 0, labels + 1, 0)[:, :7]
-    source[:, 0] = 5
-    batch = ({"source": source, "target_in": labels}, labels)
+    inputs, labels = uneven_translation_batches()
+    batch = ({k: v[0] for k, v in inputs.items()}, labels[0])
 
     def one_step(strategy):
         keras.utils.set_random_seed(0)
@@ -439,16 +436,12 @@ _WORKER_SCRIPT = textwrap.dedent("""
 
     # TF_CONFIG set: one of several workers; unset: a single local worker.
     strategy = training.make_strategy("multi_worker_mirrored")
+    from tests.harness import uneven_translation_batches
+
     hp = hparams.parse_overrides(hparams.get("tiny"), sys.argv[1])
     # Three global batches of 8 rows holding different numbers of tokens.
-    rng = np.random.default_rng(0)
-    labels = np.zeros([3, 8, 9], np.int32)
-    for batch in range(3):
-        for row in range(8):
-            n = int(rng.integers(1, 10))
-            labels[batch, row, :n] = rng.integers(4, 40, n)
-    source = np.where(labels > 0, labels + 1, 0)[..., :7]
-    source[..., 0] = 5
+    inputs, labels = uneven_translation_batches(count=3)
+    source = inputs["source"]
 
     def dataset_fn(context):
         rows = 8 // context.num_input_pipelines
@@ -561,23 +554,12 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
     assert not (model_dir / ".workers").exists()
 
 
-def _fixed_batch(seed=0, rows=8):
-    """A batch whose rows hold different numbers of target tokens."""
-    rng = np.random.default_rng(seed)
-    labels = np.zeros([rows, 9], np.int32)
-    for row in range(rows):
-        n = int(rng.integers(1, 10))
-        labels[row, :n] = rng.integers(4, 40, n)
-    source = np.where(labels > 0, labels + 1, 0)[:, :7]
-    source[:, 0] = 5
-    return {"source": source, "target_in": labels}, labels
-
-
 @pytest.mark.slow
 def test_xla_step_matches_the_plain_step():
     """`jit_compile=True` computes the same loss and update (float32)."""
     hp = hparams.parse_overrides(TEST_HPARAMS, "attention_dropout_rate=0.0")
-    batch = _fixed_batch()
+    inputs, labels = uneven_translation_batches()
+    batch = ({k: v[0] for k, v in inputs.items()}, labels[0])
     results = []
     for jit in (False, True):
         keras.utils.set_random_seed(0)
