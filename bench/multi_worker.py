@@ -2,7 +2,7 @@
 
 The parent starts one worker process (no TF_CONFIG: a single local worker)
 and then two (a TF_CONFIG cluster on free local ports), each timing the step
-`train.py` runs (`tfattn.training.make_train_step`) on the same global batch,
+`train.py` runs (`tfattn.training.build_trainer`) on the same global batch,
 split evenly between the workers. Workers are separate processes by nature,
 so unlike the other scripts this one cannot keep everything in one process;
 both configurations run back to back from the same parent. Reported: global
@@ -57,12 +57,7 @@ def worker(args):
             (inputs, ids[2].astype("int32"))).repeat()
 
     keras.utils.set_random_seed(0)
-    with strategy.scope():
-        model = training.build_model(hp, args.vocab, seed=0)
-        optimizer = training.build_optimizer(hp, model)
-        counter = tf.Variable(0, dtype=tf.int64)
-    step = training.make_train_step(strategy, model, optimizer, counter, hp,
-                                    None, False)
+    step = training.build_trainer(strategy, hp, args.vocab, seed=0).train_step
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
     for _ in range(2):
         step(iterator)

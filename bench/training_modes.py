@@ -1,10 +1,10 @@
 """Training-step speed under mixed precision and XLA, against float32.
 
-Times `tfattn.training.make_train_step`, the step `train.py` runs (Adam, the
+Times the step `train.py` runs (`tfattn.training.build_trainer`: Adam, the
 Noam schedule, the label-smoothed loss over the global token count, loss
-scaling under mixed_float16), for one model per mode built with
-`training.build_model`: float32, mixed_bfloat16, mixed_float16, and each of
-float32 and mixed_bfloat16 with `jit_compile=True`. All modes live in one
+scaling under mixed_float16), for one model per mode: float32,
+mixed_bfloat16, mixed_float16, and each of float32 and mixed_bfloat16 with
+`jit_compile=True`. All modes live in one
 process and run round by round on the same batches; the best round of each
 is reported as target tokens per second and as a ratio to float32.
 
@@ -80,13 +80,10 @@ def main():
     for name in args.modes.split(","):
         mixed_precision, jit = MODES[name]
         keras.utils.set_random_seed(0)
-        model = training.build_model(hp, args.vocab, seed=0,
-                                     mixed_precision=mixed_precision)
+        model, _, _, step = training.build_trainer(
+            strategy, hp, args.vocab, seed=0,
+            mixed_precision=mixed_precision, jit_compile=jit)
         params = params or model.count_params()
-        optimizer = training.build_optimizer(hp, model, mixed_precision)
-        counter = tf.Variable(0, dtype=tf.int64)
-        step = training.make_train_step(strategy, model, optimizer, counter,
-                                        hp, mixed_precision, jit)
         iterator = iter(tf.data.Dataset.from_tensor_slices(
             tf.nest.map_structure(lambda *x: np.stack(x), *batches)
         ).repeat())

@@ -374,14 +374,10 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
 
     def one_step(strategy):
         keras.utils.set_random_seed(0)
-        with strategy.scope():
-            model = training.build_model(hp, 48, seed=0)
-            optimizer = training.build_optimizer(hp, model)
-            step = tf.Variable(0, dtype=tf.int64)
+        model, _, _, train_step = training.build_trainer(
+            strategy, hp, 48, seed=0)
         data = strategy.experimental_distribute_dataset(
             tf.data.Dataset.from_tensors(batch).repeat())
-        train_step = training.make_train_step(
-            strategy, model, optimizer, step, hp, None, False)
         iterator = iter(data)
         losses = [float(train_step(iterator)[0]) for _ in range(2)]
         return losses, [v.numpy() for v in model.trainable_variables]
@@ -452,12 +448,7 @@ _WORKER_SCRIPT = textwrap.dedent("""
             labels[:, part]))
 
     keras.utils.set_random_seed(0)
-    with strategy.scope():
-        model = training.build_model(hp, 48, seed=0)
-        optimizer = training.build_optimizer(hp, model)
-        step = tf.Variable(0, dtype=tf.int64)
-    train_step = training.make_train_step(
-        strategy, model, optimizer, step, hp, None, False)
+    model, _, _, train_step = training.build_trainer(strategy, hp, 48, seed=0)
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
     losses = [float(train_step(iterator)[0]) for _ in range(3)]
     np.savez(sys.argv[2], *[v.numpy() for v in model.weights])
@@ -563,12 +554,9 @@ def test_xla_step_matches_the_plain_step():
     results = []
     for jit in (False, True):
         keras.utils.set_random_seed(0)
-        model = training.build_model(hp, 48, seed=0)
-        optimizer = training.build_optimizer(hp, model)
-        step = tf.Variable(0, dtype=tf.int64)
-        train_step = training.make_train_step(
-            tf.distribute.get_strategy(), model, optimizer, step, hp, None,
-            jit)
+        train_step = training.build_trainer(
+            tf.distribute.get_strategy(), hp, 48, seed=0,
+            jit_compile=jit).train_step
         iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
         results.append([float(train_step(iterator)[0]) for _ in range(4)])
     # The weights are compared through the losses they give after 1-3

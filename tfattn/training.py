@@ -52,6 +52,7 @@ import os
 import signal
 import threading
 import time
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -819,12 +820,9 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     total_steps = hp.train_steps or hp.train_epochs * steps_per_epoch(
         hp, tokenizer, dataset)
 
-    with strategy.scope():
-        model = build_model(hp, tokenizer.vocab_size, seed, mixed_precision)
-        optimizer = build_optimizer(hp, model, mixed_precision)
-        step = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name="step",
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    model, optimizer, step, train_step = build_trainer(
+        strategy, hp, tokenizer.vocab_size, seed, mixed_precision,
+        jit_compile)
     checkpoint = tf.train.Checkpoint(model=model_weights(model),
                                      optimizer=optimizer, step=step)
     manager = tf.train.CheckpointManager(
@@ -844,8 +842,6 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     static = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
     iterator = iter(_distributed_batches(
         strategy, hp, tokenizer, dataset, seed + start_step, static))
-    train_step = make_train_step(strategy, model, optimizer, step, hp,
-                                  mixed_precision, jit_compile)
     writer = (tf.summary.create_file_writer(
         os.path.join(model_dir, SUMMARY_DIRNAME)) if chief
         else tf.summary.create_noop_writer())
@@ -1054,6 +1050,33 @@ def _worker_dir(model_dir, strategy):
     resolver = strategy.cluster_resolver
     return os.path.join(model_dir, ".workers",
                         f"{resolver.task_type}_{resolver.task_id}")
+
+
+class Trainer(NamedTuple):
+    """What `build_trainer` returns."""
+
+    model: Transformer
+    optimizer: keras.optimizers.Optimizer
+    step: tf.Variable
+    train_step: object
+
+
+def build_trainer(strategy, hp, vocab_size, seed=None, mixed_precision=None,
+                  jit_compile=False):
+    """The model, optimizer and step counter in `strategy`'s scope, and the
+    distributed `train_step` over them (`make_train_step`).
+
+    Returns:
+        A `Trainer(model, optimizer, step, train_step)`.
+    """
+    with strategy.scope():
+        model = build_model(hp, vocab_size, seed, mixed_precision)
+        optimizer = build_optimizer(hp, model, mixed_precision)
+        step = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="step",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    return Trainer(model, optimizer, step, make_train_step(
+        strategy, model, optimizer, step, hp, mixed_precision, jit_compile))
 
 
 def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
