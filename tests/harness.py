@@ -18,6 +18,12 @@ import tempfile
 import keras
 import numpy as np
 
+# float32's machine epsilon. Two float32 sums of n terms taken in different
+# orders (another oneDNN blocking on AVX2, AVX-512 or AMX; replicas summing
+# halves that an all-reduce adds) differ by at most about n * EPS relative to
+# the sum of the terms' magnitudes.
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
 
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
@@ -178,3 +184,12 @@ def uneven_translation_batches(count=1, rows=8, seed=0):
     source = np.where(labels > 0, labels + 1, 0)[..., :7]
     source[..., 0] = 5
     return {"source": source, "target_in": labels}, labels
+
+
+def loss_rtol(labels, vocab_size):
+    """Relative tolerance of a token-mean cross-entropy computed in two
+    summation orders: one log-softmax over `vocab_size` logits per target
+    token, then a sum over the batch's target tokens (labels != 0; the
+    largest batch when `labels` holds several, [count, rows, T])."""
+    tokens = int(np.max(np.sum(np.asarray(labels) > 0, axis=(-2, -1))))
+    return (tokens + vocab_size) * FLOAT32_EPS

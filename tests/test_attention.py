@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from tests.harness import FLOAT32_EPS
 from tfattn.ops import attention
 
 
@@ -77,10 +78,19 @@ def test_query_chunks_give_the_same_outputs_and_gradients():
         return out, w, tape.gradient(loss, [q, k, v])
 
     out, w, grads = run(None)
+    # Chunks of 3 or 5 queries are other matmul shapes than 7, for which
+    # oneDNN may block the d-term score sums differently (by CPU). A score's
+    # error is at most d * EPS * sum_c |q_c k_c| / sqrt(d); softmax turns it
+    # into a relative weight error of about twice that, plus T_k * EPS from
+    # the normalising sum.
+    d, t_k = q.shape[-1], k.shape[-2]
+    magnitudes = np.abs(q.numpy()) @ np.abs(k.numpy()).swapaxes(-1, -2)
+    score_error = d * FLOAT32_EPS * magnitudes.max() / np.sqrt(d)
+    weight_atol = 2 * score_error + t_k * FLOAT32_EPS
     for chunk in (3, 5):
         c_out, c_w, c_grads = run(chunk)
         np.testing.assert_allclose(c_out, out, atol=1e-6)
-        np.testing.assert_allclose(c_w, w, atol=1e-7)
+        np.testing.assert_allclose(c_w, w, atol=weight_atol)
         for a, b in zip(c_grads, grads):
             np.testing.assert_allclose(a, b, atol=1e-5)
 
