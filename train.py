@@ -1,46 +1,100 @@
 r"""Trains, evaluates and exports a tfattn Transformer.
 
-  python train.py --hparams=tiny --dataset=numbers --model_dir=/tmp/numbers
+  python train.py --hparams=tiny --dataset=numbers --mode=all
+  python train.py --hparams=base          # the paper's base model (see below)
 
 Modes: train (default), eval (BLEU on the test split), export (a
 string-to-string SavedModel), all (the three in turn). A run restarted with
 the same --model_dir resumes from its latest checkpoint with its saved
-hparams. See `python train.py --helpfull` for every flag.
+hparams; --model_dir defaults to runs/HPARAMS_DATASET. See `python train.py
+--helpfull` for every flag.
 
-Exit status: 0 when done; 143 (128 + SIGTERM) when SIGTERM stopped training
-after saving a checkpoint (run the same command to resume); 1 on a
-non-finite loss or a missing file; 1 with usage help on bad flags or input.
+Exit status: 0 when done (and for --help); 143 (128 + SIGTERM) when SIGTERM
+stopped training after saving a checkpoint (run the same command to resume);
+1 on a non-finite loss, a missing file or bad flags (one line saying which).
 """
 
 import os
-import signal
+import re
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
 
-import hparams as hparams_lib
-from tfattn import training
+def _import_tensorflow_quietly():
+    """Imports TensorFlow with its start-up banner held back.
+
+    TensorFlow's C++ logging prints its banner (oneDNN notice, CUDA stub and
+    CPU feature lines) before it reads TF_CPP_MIN_LOG_LEVEL, twice (two
+    shared libraries), and a `failed call to cuInit` error line on machines
+    without a GPU. Standard error is captured while TensorFlow loads; every
+    line that is not one of those is written back, and everything is when
+    the import fails. TFATTN_VERBOSE_IMPORT=1 keeps the banner.
+    """
+    if os.environ.get("TFATTN_VERBOSE_IMPORT") == "1":
+        import tensorflow  # noqa: F401
+        return
+    import tempfile
+
+    banner = re.compile(
+        r"All log messages before absl::InitializeLog|oneDNN custom "
+        r"operations|cudart_stub|cuda drivers|cuInit|cpu_feature_guard|"
+        r"rebuild TensorFlow with the appropriate compiler flags|"
+        r"Unable to register cu(DNN|FFT|BLAS) factory|computation placer")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        failed = True
+        try:
+            import tensorflow  # noqa: F401
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode("utf-8", "replace").splitlines()
+            kept = lines if failed else [
+                line for line in lines if not banner.search(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+_import_tensorflow_quietly()
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+
+import hparams as hparams_sets  # noqa: E402
+from tfattn import config  # noqa: E402
+from tfattn import distribute  # noqa: E402
+from tfattn import run_dir  # noqa: E402
+from tfattn import training  # noqa: E402
+from tfattn.data import sources  # noqa: E402
 
 MODES = ("train", "eval", "export", "all")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
+DEFAULT_RUNS_DIR = "runs"
 
 # Hyperparameters.
 flags.DEFINE_string(
     "hparams", None,
-    "Hparams set: " + ", ".join(hparams_lib.names()) + ". Omit it to resume "
+    "Hparams set: " + ", ".join(hparams_sets.names()) + ". Omit it to resume "
     "with the set saved in --model_dir.")
 flags.DEFINE_string(
     "hparams_overrides", "",
     'Comma-separated field=value overrides, e.g. "num_heads=4,'
-    'dropout_rate=0.2". Values are parsed by the field\'s type, never run.')
+    'dropout_rate=0.2". Values are parsed by the field\'s type, never run. '
+    "With --mode=eval or export only the decoding fields (" + ", ".join(
+        config.DECODING_FIELDS) + ") may be overridden.")
 # Data.
 flags.DEFINE_string(
     "dataset", "numbers",
     "numbers (generated, offline), multi30k (with --manual_dir), tfds:NAME "
     "or textfiles:PREFIX (files PREFIX[.train].LANG).")
-flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+flags.DEFINE_string(
+    "data_dir", None,
+    "TFDS data directory (TFDS creates it; default ~/tensorflow_datasets).")
 flags.DEFINE_string(
     "manual_dir", None,
     "TFDS manual directory: Multi30k's six *.gz files (or a TFDS dataset's "
@@ -50,10 +104,13 @@ flags.DEFINE_string("source_language", None,
 flags.DEFINE_string("target_language", None,
                     "Target feature (TFDS, Multi30k) or file suffix.")
 # Run.
-flags.DEFINE_string("model_dir", None,
-                    "Checkpoints, vocabulary, hparams.json, logs.")
+flags.DEFINE_string(
+    "model_dir", None,
+    "Checkpoints, vocabulary, hparams.json, logs. Default: "
+    f"{DEFAULT_RUNS_DIR}/HPARAMS_DATASET (e.g. {DEFAULT_RUNS_DIR}/"
+    "tiny_numbers).")
 flags.DEFINE_enum("mode", "train", MODES, "What to do.")
-flags.DEFINE_enum("strategy", "default", training.STRATEGIES,
+flags.DEFINE_enum("strategy", "default", distribute.STRATEGIES,
                   "tf.distribute strategy (multi_worker_mirrored reads "
                   "TF_CONFIG).")
 flags.DEFINE_string("tpu", None,
@@ -72,7 +129,10 @@ flags.DEFINE_integer("train_epochs", None,
                      "length).", lower_bound=1)
 flags.DEFINE_string("export_dir", None,
                     "Export directory (export and all modes; default "
-                    "MODEL_DIR/export).")
+                    "MODEL_DIR/export, which each export replaces).")
+flags.DEFINE_bool("overwrite_export", False,
+                  "Replace an existing --export_dir (the default export "
+                  "directory is always replaced).")
 flags.DEFINE_integer("average_checkpoints", 1,
                      "Eval and export the average of the last this many "
                      "checkpoints (see the hparams' keep_checkpoints).",
@@ -81,28 +141,28 @@ flags.DEFINE_integer("seed", 0, "Initialisation, dropout and data seed.")
 flags.DEFINE_integer("samples", 100,
                      "After training, translate this many validation pairs "
                      "and log the exact-match rate (0: skip).", lower_bound=0)
-flags.DEFINE_bool("progress_bar", True, "Show a progress bar.")
+flags.DEFINE_bool("progress_bar", True,
+                  "Show a progress bar (on a terminal; logs otherwise).")
 
-flags.mark_flag_as_required("model_dir")
 flags.mark_flags_as_mutual_exclusive(["train_steps", "train_epochs"])
 
 FLAGS = flags.FLAGS
 
 
 @flags.validator("hparams", message=(
-    "Unknown hparams set. Known sets: " + ", ".join(hparams_lib.names())))
+    "Unknown hparams set. Known sets: " + ", ".join(hparams_sets.names())))
 def _check_hparams_name(name):
-    return name is None or name in hparams_lib.names()
+    return name is None or name in hparams_sets.names()
 
 
 @flags.multi_flags_validator(["hparams", "hparams_overrides"])
 def _check_overrides(values):
     # Keys and types are the same for every set: check against any.
-    name = values["hparams"] if values["hparams"] in hparams_lib.names() \
+    name = values["hparams"] if values["hparams"] in hparams_sets.names() \
         else "base"
     try:
-        hparams_lib.parse_overrides(hparams_lib.get(name),
-                                    values["hparams_overrides"])
+        config.parse_overrides(hparams_sets.get(name),
+                               values["hparams_overrides"])
     except ValueError as error:
         raise flags.ValidationError(str(error))
     return True
@@ -125,7 +185,7 @@ def _check_strategy(values):
                               "target_language", "data_dir", "manual_dir"])
 def _check_dataset(values):
     try:
-        training.parse_dataset_spec(
+        sources.parse_dataset_spec(
             values["dataset"], values["source_language"],
             values["target_language"], values["data_dir"],
             values["manual_dir"])
@@ -134,12 +194,14 @@ def _check_dataset(values):
     return True
 
 
-@flags.multi_flags_validator(["mode", "export_dir", "train_steps",
-                              "train_epochs"])
+@flags.multi_flags_validator(["mode", "export_dir", "overwrite_export",
+                              "train_steps", "train_epochs"])
 def _check_mode(values):
-    if values["export_dir"] and values["mode"] not in ("export", "all"):
+    if ((values["export_dir"] or values["overwrite_export"])
+            and values["mode"] not in ("export", "all")):
         raise flags.ValidationError(
-            "--export_dir is only used with --mode=export or --mode=all.")
+            "--export_dir and --overwrite_export are only used with "
+            "--mode=export or --mode=all.")
     training_flags = [f"--{n}" for n in ("train_steps", "train_epochs")
                       if values[n] is not None]
     if training_flags and values["mode"] not in ("train", "all"):
@@ -149,62 +211,93 @@ def _check_mode(values):
     return True
 
 
-def requested_hparams():
+def model_dir():
+    """--model_dir, or runs/HPARAMS_DATASET when it is not given."""
+    if FLAGS.model_dir:
+        return FLAGS.model_dir
+    if not FLAGS.hparams:
+        raise ValueError("Give --hparams for a new run, or --model_dir to "
+                         "resume one (it holds its hparams.json).")
+    dataset = re.sub(r"[^A-Za-z0-9.-]+", "_", FLAGS.dataset).strip("_")
+    return os.path.join(DEFAULT_RUNS_DIR, f"{FLAGS.hparams}_{dataset}")
+
+
+def requested_hparams(directory):
     """The --hparams set with --hparams_overrides applied, or None.
 
     Without --hparams, the overrides (if any) apply to the set saved in
-    --model_dir, and None is returned when there are none.
+    `directory`, and None is returned when there are none.
     """
     if FLAGS.hparams:
-        base = hparams_lib.get(FLAGS.hparams)
+        base = hparams_sets.get(FLAGS.hparams)
     elif FLAGS.hparams_overrides.strip():
-        base = training.load_saved_hparams(FLAGS.model_dir)
+        base = run_dir.load_saved_hparams(directory)
         if base is None:
             raise ValueError(
                 "--hparams_overrides needs --hparams for a new run (no "
-                f"hparams.json in {FLAGS.model_dir}).")
+                f"hparams.json in {directory}).")
     else:
         return None
-    return hparams_lib.parse_overrides(base, FLAGS.hparams_overrides)
+    return config.parse_overrides(base, FLAGS.hparams_overrides)
 
 
-def prepare():
+def decoding_settings(directory):
+    """The decoding keyword arguments of eval and export: the saved
+    hparams' with --hparams_overrides applied (decoding fields only)."""
+    saved = run_dir.load_saved_hparams(directory)
+    if saved is None:
+        raise FileNotFoundError(
+            f"{directory} holds no trained model (no hparams.json); train one "
+            "first (--mode=train).")
+    hp = config.parse_overrides(saved, FLAGS.hparams_overrides)
+    changed = [n for n in config.differences(saved, hp)
+               if n not in config.DECODING_FIELDS]
+    if changed:
+        raise ValueError(
+            "With --mode=eval or export, --hparams_overrides may change only "
+            f"the decoding fields ({', '.join(config.DECODING_FIELDS)}); "
+            f"received changes to {', '.join(changed)}.")
+    return config.decoding_kwargs(hp)
+
+
+def prepare(directory):
     """Checks everything that bad input can break; nothing is written.
 
     Returns:
-        (hparams, dataset spec, strategy).
+        (hparams or None, dataset spec, strategy).
     """
-    spec = training.parse_dataset_spec(
+    spec = sources.parse_dataset_spec(
         FLAGS.dataset, FLAGS.source_language, FLAGS.target_language,
         FLAGS.data_dir, FLAGS.manual_dir)
-    training.check_dataset(spec)
+    sources.check_dataset(spec)
+    hp = None
     if FLAGS.mode in ("train", "all"):
-        hp = training.resolve_hparams(FLAGS.model_dir, requested_hparams())
+        hp = run_dir.resolve_hparams(directory, requested_hparams(directory))
     else:
-        hp = requested_hparams()
-        if hp is not None:
-            training.resolve_hparams(FLAGS.model_dir, hp)
+        decoding_settings(directory)
     # MultiWorkerMirroredStrategy must exist before other TensorFlow work.
-    strategy = training.make_strategy(FLAGS.strategy, FLAGS.tpu)
+    strategy = distribute.make_strategy(FLAGS.strategy, FLAGS.tpu)
     return hp, spec, strategy
 
 
-def run_train(hp, spec, strategy):
+def run_train(hp, spec, strategy, directory):
+    from tfattn import translate
     result = training.train(
-        hp, spec, FLAGS.model_dir, strategy=strategy,
+        hp, spec, directory, strategy=strategy,
         steps=FLAGS.train_steps, epochs=FLAGS.train_epochs,
         mixed_precision=None if FLAGS.mixed_precision == "off"
         else FLAGS.mixed_precision,
         jit_compile=FLAGS.jit_compile, seed=FLAGS.seed,
-        verbose=int(FLAGS.progress_bar))
+        verbose=int(FLAGS.progress_bar and sys.stdout.isatty()))
     if result.loss is not None:
         logging.info("Step %d: loss %.4f, token accuracy %.4f, %.0f "
                      "tokens/s, %.1f s.", result.step, result.loss,
                      result.accuracy, result.tokens_per_second,
                      result.seconds)
-    if FLAGS.samples and training.is_chief(strategy):
-        exact, rows = training.sample_translations(
-            result.model, result.tokenizer, result.hparams, spec,
+    if FLAGS.samples and distribute.is_chief(strategy):
+        exact, rows = translate.sample_translations(
+            result.model, result.tokenizer,
+            config.decoding_kwargs(result.hparams), spec,
             count=FLAGS.samples)
         for source, reference, hypothesis in rows[:5]:
             print(f"  {source}\n    -> {hypothesis}\n    (reference: "
@@ -213,21 +306,13 @@ def run_train(hp, spec, strategy):
     return result
 
 
-def restore():
-    """The trained model (averaged over --average_checkpoints)."""
-    try:
-        return training.restore_model(
-            FLAGS.model_dir, average_last=FLAGS.average_checkpoints)
-    except ValueError as error:  # More checkpoints asked than kept.
-        logging.error("%s", error)
-        sys.exit(f"Error: {error}")
-
-
-def run_eval(spec):
+def run_eval(spec, directory):
     from tfattn import data
     from tfattn import evaluation
-    model, tokenizer, hp = restore()
-    pairs = training.load_pairs(spec, "test")
+    decoding = decoding_settings(directory)
+    model, tokenizer, _ = run_dir.restore_model(
+        directory, average_last=FLAGS.average_checkpoints)
+    pairs = sources.load_pairs(spec, "test")
     references = None
     if spec.kind == "multi30k" and spec.manual_dir:
         tok_dir = os.path.join(spec.manual_dir, os.pardir, "tok")
@@ -237,9 +322,7 @@ def run_eval(spec):
         except FileNotFoundError:
             logging.info("No tokenised references in %s.", tok_dir)
     metrics = evaluation.evaluate(
-        model, tokenizer, pairs, FLAGS.model_dir, "test",
-        beam_size=hp.beam_size, alpha=hp.decode_alpha,
-        extra_length=hp.decode_extra_length,
+        model, tokenizer, pairs, directory, "test", **decoding,
         tokenized_references=references,
         target_language=spec.target_language if references else None)
     print(f"BLEU on the test split: {metrics['bleu']:.2f} "
@@ -250,41 +333,66 @@ def run_eval(spec):
     return metrics
 
 
-def run_export():
+def run_export(directory):
     from tfattn import export
-    model, tokenizer, hp = restore()
-    export_dir = FLAGS.export_dir or os.path.join(FLAGS.model_dir, "export")
+    decoding = decoding_settings(directory)
+    model, tokenizer, _ = run_dir.restore_model(
+        directory, average_last=FLAGS.average_checkpoints)
+    export_dir = FLAGS.export_dir or os.path.join(directory, "export")
     path = export.export_translator(
-        model, tokenizer, export_dir, beam_size=hp.beam_size,
-        alpha=hp.decode_alpha, extra_length=hp.decode_extra_length)
+        model, tokenizer, export_dir, **decoding,
+        overwrite=FLAGS.overwrite_export or not FLAGS.export_dir)
     print(f"Exported a string-to-string translator to {path}")
     return path
 
 
+def _fail(error):
+    """Ends the program with one line naming what went wrong (exit 1)."""
+    message = str(error).replace("overwrite=True", "--overwrite_export")
+    logging.error("%s", message)
+    sys.exit(f"Error: {message}")
+
+
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        _fail(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
-        hp, spec, strategy = prepare()
+        directory = model_dir()
+        if not FLAGS.model_dir:
+            print(f"Model directory: {directory}")
+        hp, spec, strategy = prepare(directory)
     except (ValueError, FileNotFoundError) as error:
-        raise app.UsageError(str(error))
+        _fail(error)
     try:
         if FLAGS.mode in ("train", "all"):
-            run_train(hp, spec, strategy)
+            run_train(hp, spec, strategy, directory)
         if FLAGS.mode in ("eval", "all"):
-            run_eval(spec)
+            run_eval(spec, directory)
         if FLAGS.mode in ("export", "all"):
-            run_export()
+            run_export(directory)
     except training.TrainingPreempted as error:
         # 128 + SIGTERM, the status of a process that SIGTERM ended: a
         # scheduler sees the job as interrupted, not finished.
         logging.warning("%s", error)
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(128 + 15)
     except (training.NonFiniteLossError, FileNotFoundError,
-            FileExistsError) as error:
-        logging.error("%s", error)
-        sys.exit(f"Error: {error}")
+            FileExistsError, ValueError) as error:
+        _fail(error)
+
+
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull",
+              "--helpxml")
+
+
+def run():
+    """`app.run(main)`, where a request for help exits 0 (absl exits 1)."""
+    try:
+        app.run(main)
+    except SystemExit as exit_:
+        if exit_.code == 1 and any(a in HELP_FLAGS for a in sys.argv[1:]):
+            sys.exit(0)
+        raise
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -35,13 +35,15 @@ def worker(args):
     import tensorflow as tf
 
     import hparams
+    from tfattn import config
+    from tfattn import distribute
     from tfattn import training
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    strategy = training.make_strategy("multi_worker_mirrored")
-    hp = hparams.parse_overrides(
+    strategy = distribute.make_strategy("multi_worker_mirrored")
+    hp = config.parse_overrides(
         hparams.get("base"),
         f"num_layers={args.layers},num_units={args.units},"
         f"num_heads={args.heads},ffn_units={4 * args.units},max_length=64,"

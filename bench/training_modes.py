@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hparams  # noqa: E402
+from tfattn import config  # noqa: E402
 from tfattn import training  # noqa: E402
 
 MODES = {
@@ -67,7 +68,7 @@ def main():
     parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
 
-    hp = hparams.parse_overrides(
+    hp = config.parse_overrides(
         hparams.get("base"),
         f"num_layers={args.layers},num_units={args.units},"
         f"num_heads={args.heads},ffn_units={4 * args.units},"

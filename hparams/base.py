@@ -7,7 +7,7 @@ warmup steps, residual and embedding dropout 0.1, label smoothing 0.1, beam
 4 with length penalty 0.6 and outputs up to the input length + 50.
 """
 
-from hparams import HParams
+from tfattn.config import HParams
 
 HPARAMS = HParams(
     # Model.

@@ -14,7 +14,7 @@ one joint SentencePiece model; `word` pieces with the size of the union,
 separate source and target tables as the reference does.
 """
 
-from hparams import HParams
+from tfattn.config import HParams
 
 HPARAMS = HParams(
     # Model.

@@ -9,7 +9,7 @@ smoothing 0.1 (hard-coded; `--smoothing` is unused), Adam with TF's defaults
 over at most maxlen2 = 100 tokens.
 """
 
-from hparams import HParams
+from tfattn.config import HParams
 
 HPARAMS = HParams(
     # Model.

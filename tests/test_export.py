@@ -20,7 +20,7 @@ import tfattn
 from tfattn import export
 from tfattn.data import numbers_splits
 from tfattn.data import train_tokenizer
-from tfattn.evaluation import translate_texts
+from tfattn.translate import translate_texts
 
 BEAM = 2
 EXTRA = 5

@@ -9,14 +9,15 @@ import os
 import pytest
 
 import hparams
-from hparams import HParams
+from tfattn import config
+from tfattn.config import HParams
 
 
 @pytest.mark.parametrize("name", hparams.names())
 def test_every_set_loads_and_round_trips(name):
     hp = hparams.get(name)
     assert isinstance(hp, HParams)
-    assert hparams.from_json(hparams.to_json(hp)) == hp
+    assert config.from_json(config.to_json(hp)) == hp
     with pytest.raises(dataclasses.FrozenInstanceError):
         hp.num_layers = 1
 
@@ -29,9 +30,9 @@ def test_registry_names():
 
 
 def test_model_fields_come_first_and_every_field_has_a_comment():
-    names = hparams.field_names()
-    assert names[:len(hparams.MODEL_FIELDS)] == hparams.MODEL_FIELDS
-    assert names[-len(hparams.DECODING_FIELDS):] == hparams.DECODING_FIELDS
+    names = config.field_names()
+    assert names[:len(config.MODEL_FIELDS)] == config.MODEL_FIELDS
+    assert names[-len(config.DECODING_FIELDS):] == config.DECODING_FIELDS
     lines = inspect.getsource(HParams).splitlines()
     for name in names:
         (index,) = [i for i, line in enumerate(lines)
@@ -44,7 +45,7 @@ def test_every_value_in_a_set_module_is_commented(name):
     source = inspect.getsource(hparams.REGISTRY[name])
     for line in source.splitlines():
         stripped = line.strip()
-        if stripped.split("=")[0] in hparams.field_names() and "=" in stripped:
+        if stripped.split("=")[0] in config.field_names() and "=" in stripped:
             assert "#" in line, line
 
 
@@ -104,7 +105,7 @@ def test_unknown_set_lists_the_known_ones():
 
 
 def test_overrides_are_parsed_by_the_declared_type():
-    hp = hparams.parse_overrides(
+    hp = config.parse_overrides(
         hparams.get("tiny"),
         " num_heads=2, dropout_rate=0.25,normalize_first=TRUE,"
         "positional_encoding='learned',learning_rate=1e-3,warmup_steps=+10")
@@ -112,10 +113,10 @@ def test_overrides_are_parsed_by_the_declared_type():
             hp.positional_encoding, hp.learning_rate, hp.warmup_steps) == (
         2, 0.25, True, "learned", 1e-3, 10)
     assert isinstance(hp.dropout_rate, float)
-    hp = hparams.parse_overrides(hp, "learning_rate=none,dropout_rate=0")
+    hp = config.parse_overrides(hp, "learning_rate=none,dropout_rate=0")
     assert hp.learning_rate is None and hp.dropout_rate == 0.0
-    assert hparams.parse_overrides(hp, "") is hp
-    assert hparams.parse_overrides(hp, None) is hp
+    assert config.parse_overrides(hp, "") is hp
+    assert config.parse_overrides(hp, None) is hp
 
 
 @pytest.mark.parametrize("text, message", [
@@ -130,13 +131,13 @@ def test_overrides_are_parsed_by_the_declared_type():
 ])
 def test_overrides_are_type_checked(text, message):
     with pytest.raises(ValueError, match=message):
-        hparams.parse_overrides(hparams.get("tiny"), text)
+        config.parse_overrides(hparams.get("tiny"), text)
 
 
 def test_unknown_override_lists_the_valid_keys():
     with pytest.raises(ValueError, match="Unknown hparams field 'heads'") as e:
-        hparams.parse_overrides(hparams.get("tiny"), "heads=4")
-    for name in hparams.field_names():
+        config.parse_overrides(hparams.get("tiny"), "heads=4")
+    for name in config.field_names():
         assert name in str(e.value)
 
 
@@ -146,7 +147,7 @@ def test_unknown_override_lists_the_valid_keys():
 ])
 def test_malformed_overrides(text):
     with pytest.raises(ValueError, match="[Mm]alformed|twice"):
-        hparams.parse_overrides(hparams.get("tiny"), text)
+        config.parse_overrides(hparams.get("tiny"), text)
 
 
 @pytest.mark.parametrize("text, field", [
@@ -161,11 +162,11 @@ def test_malformed_overrides(text):
 ])
 def test_overridden_sets_are_validated(text, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
-        hparams.parse_overrides(hparams.get("tiny"), text)
+        config.parse_overrides(hparams.get("tiny"), text)
 
 
 def test_commas_inside_quotes_do_not_split():
-    items = hparams._split_items("a='x,y',b=\"1,2\",c=3")
+    items = config._split_items("a='x,y',b=\"1,2\",c=3")
     assert items == ["a='x,y'", 'b="1,2"', "c=3"]
 
 
@@ -181,43 +182,43 @@ def test_code_in_overrides_is_never_executed(tmp_path, monkeypatch):
     for field in ("num_layers", "dropout_rate", "normalize_first", "flavor",
                   "learning_rate"):
         with pytest.raises(ValueError):
-            hparams.parse_overrides(hparams.get("tiny"), f"{field}={payload}")
+            config.parse_overrides(hparams.get("tiny"), f"{field}={payload}")
         with pytest.raises(ValueError):
-            hparams.parse_overrides(hparams.get("tiny"),
+            config.parse_overrides(hparams.get("tiny"),
                                     f'{field}="{payload}"')
     assert not marker.exists()
     # A valid string still parses with eval and exec unavailable.
-    hp = hparams.parse_overrides(hparams.get("tiny"), "flavor=paper")
+    hp = config.parse_overrides(hparams.get("tiny"), "flavor=paper")
     assert hp.flavor == "paper"
 
 
 def test_json_round_trip_and_errors():
-    hp = hparams.parse_overrides(hparams.get("tiny"), "learning_rate=none")
-    text = hparams.to_json(hp)
+    hp = config.parse_overrides(hparams.get("tiny"), "learning_rate=none")
+    text = config.to_json(hp)
     data = json.loads(text)
-    assert list(data) == list(hparams.field_names())
-    assert hparams.from_json(text) == hp
+    assert list(data) == list(config.field_names())
+    assert config.from_json(text) == hp
     with pytest.raises(ValueError, match="not valid JSON"):
-        hparams.from_json("{")
+        config.from_json("{")
     with pytest.raises(ValueError, match="unknown fields \\['extra'\\]"):
-        hparams.from_json(json.dumps(dict(data, extra=1)))
+        config.from_json(json.dumps(dict(data, extra=1)))
     del data["num_heads"]
     with pytest.raises(ValueError, match="missing fields \\['num_heads'\\]"):
-        hparams.from_json(json.dumps(data))
+        config.from_json(json.dumps(data))
     data["num_heads"] = "4"
     with pytest.raises(ValueError, match="`num_heads`"):
-        hparams.from_json(json.dumps(data))
+        config.from_json(json.dumps(data))
 
 
 def test_differences_and_field_groups():
     tiny = hparams.get("tiny")
     other = dataclasses.replace(tiny, num_heads=2, train_steps=5)
-    assert hparams.differences(tiny, other) == ["num_heads", "train_steps"]
-    assert hparams.differences(
-        tiny, other, ignore=hparams.RESUMABLE_FIELDS) == ["num_heads"]
-    groups = (set(hparams.MODEL_FIELDS) | set(hparams.training_fields())
-              | set(hparams.DECODING_FIELDS))
-    assert groups == set(hparams.field_names())
+    assert config.differences(tiny, other) == ["num_heads", "train_steps"]
+    assert config.differences(
+        tiny, other, ignore=config.RESUMABLE_FIELDS) == ["num_heads"]
+    groups = (set(config.MODEL_FIELDS) | set(config.training_fields())
+              | set(config.DECODING_FIELDS))
+    assert groups == set(config.field_names())
 
 
 def test_model_kwargs_build_a_transformer():
@@ -227,6 +228,6 @@ def test_model_kwargs_build_a_transformer():
     for name in ("tiny", "reference_2017", "reference_2019"):
         hp = dataclasses.replace(hparams.get(name), num_layers=1,
                                  num_units=16, num_heads=2, ffn_units=8)
-        model = Transformer(**hparams.model_kwargs(hp, 50))
+        model = Transformer(**config.model_kwargs(hp, 50))
         assert model.flavor == hp.flavor
         assert model.share_embeddings == hp.share_embeddings

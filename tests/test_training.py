@@ -18,11 +18,16 @@ import hparams
 from tests.harness import FLOAT32_EPS as EPS
 from tests.harness import loss_rtol
 from tests.harness import uneven_translation_batches
+from tfattn import config
+from tfattn import data
+from tfattn import distribute
+from tfattn import run_dir
 from tfattn import training
+from tfattn.data import sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One block per stack halves the (dominant) tracing time of a test run.
-TEST_HPARAMS = hparams.parse_overrides(
+TEST_HPARAMS = config.parse_overrides(
     hparams.get("tiny"),
     "num_layers=1,log_every_steps=5,checkpoint_every_steps=5,"
     "shuffle_buffer_size=1000")
@@ -77,7 +82,7 @@ def test_training_writes_its_directory(trained):
     result, model_dir, _ = trained
     assert checkpoint_steps(model_dir) == [20, 25, 30]  # keep_checkpoints=3
     assert result.checkpoint == os.path.join(model_dir, "ckpt-30")
-    assert training.load_saved_hparams(model_dir) == dataclasses.replace(
+    assert run_dir.load_saved_hparams(model_dir) == dataclasses.replace(
         TEST_HPARAMS, train_steps=30)
     assert os.path.exists(os.path.join(model_dir, "spm.model"))
     events = os.listdir(os.path.join(model_dir, "train"))
@@ -101,7 +106,7 @@ def test_tensorboard_scalars(trained):
 
 def test_restore_model_matches_the_trained_weights(trained):
     result, model_dir, _ = trained
-    model, tokenizer, hp = training.restore_model(model_dir)
+    model, tokenizer, hp = run_dir.restore_model(model_dir)
     assert hp == result.hparams
     assert tokenizer.vocab_size == result.tokenizer.vocab_size
     for restored, trained_weight in zip(model.weights, result.model.weights):
@@ -113,7 +118,7 @@ def test_changed_hparams_on_resume_are_refused(trained, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(model_dir, copy)
     before = snapshot(copy)
-    changed = hparams.parse_overrides(TEST_HPARAMS,
+    changed = config.parse_overrides(TEST_HPARAMS,
                                       "num_heads=2,dropout_rate=0.2")
     with pytest.raises(ValueError, match="differ") as error:
         training.train(changed, "numbers", copy, steps=40, verbose=0)
@@ -123,18 +128,18 @@ def test_changed_hparams_on_resume_are_refused(trained, tmp_path):
     assert snapshot(copy) == before
     # Length, intervals and decoding may change; the rest is the saved set.
     longer = dataclasses.replace(TEST_HPARAMS, train_steps=99, beam_size=3)
-    resolved = training.resolve_hparams(copy, longer)
+    resolved = run_dir.resolve_hparams(copy, longer)
     assert (resolved.train_steps, resolved.beam_size) == (99, 3)
-    assert training.resolve_hparams(copy) == training.load_saved_hparams(copy)
+    assert run_dir.resolve_hparams(copy) == run_dir.load_saved_hparams(copy)
 
 
 def test_hparams_without_a_checkpoint_can_be_replaced(tmp_path):
-    (tmp_path / "hparams.json").write_text(hparams.to_json(TEST_HPARAMS))
+    (tmp_path / "hparams.json").write_text(config.to_json(TEST_HPARAMS))
     other = hparams.get("base")
-    assert training.resolve_hparams(tmp_path, other) == other
-    assert training.resolve_hparams(tmp_path) == TEST_HPARAMS
+    assert run_dir.resolve_hparams(tmp_path, other) == other
+    assert run_dir.resolve_hparams(tmp_path) == TEST_HPARAMS
     with pytest.raises(ValueError, match="name a hparams set"):
-        training.resolve_hparams(tmp_path / "new")
+        run_dir.resolve_hparams(tmp_path / "new")
 
 
 def test_checkpoints_without_hparams_are_refused(trained, tmp_path):
@@ -178,7 +183,7 @@ def test_interrupted_run_resumes_at_its_last_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    exploding = hparams.parse_overrides(
+    exploding = config.parse_overrides(
         TEST_HPARAMS, "learning_rate_schedule=constant,learning_rate=1e30,"
         "checkpoint_every_steps=1")
     with pytest.raises(training.NonFiniteLossError) as error:
@@ -194,18 +199,18 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 
 def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="Unknown strategy 'gpu'") as error:
-        training.make_strategy("gpu")
-    for name in training.STRATEGIES:
+        distribute.make_strategy("gpu")
+    for name in distribute.STRATEGIES:
         assert name in str(error.value)
     with pytest.raises(ValueError, match="TPU address"):
-        training.make_strategy("tpu")
+        distribute.make_strategy("tpu")
     with pytest.raises(ValueError, match="TPU address"):
-        training.make_strategy("mirrored", tpu="grpc://1.2.3.4:8470")
+        distribute.make_strategy("mirrored", tpu="grpc://1.2.3.4:8470")
 
 
 def test_default_strategies_build():
-    assert training.make_strategy("default") is tf.distribute.get_strategy()
-    one = training.make_strategy("one_device")
+    assert distribute.make_strategy("default") is tf.distribute.get_strategy()
+    one = distribute.make_strategy("one_device")
     assert one.num_replicas_in_sync == 1
 
 
@@ -225,16 +230,16 @@ def test_default_strategies_build():
 ])
 def test_malformed_tf_config_is_refused(config, message, monkeypatch):
     with pytest.raises(ValueError, match="TF_CONFIG is malformed") as error:
-        training.check_tf_config(config)
+        distribute.check_tf_config(config)
     assert message in str(error.value)
     monkeypatch.setenv("TF_CONFIG", config)
     with pytest.raises(ValueError, match="TF_CONFIG is malformed"):
-        training.make_strategy("multi_worker_mirrored")
+        distribute.make_strategy("multi_worker_mirrored")
 
 
 def test_valid_tf_config_passes():
-    assert training.check_tf_config(None) is None
-    config = training.check_tf_config(
+    assert distribute.check_tf_config(None) is None
+    config = distribute.check_tf_config(
         '{"cluster": {"worker": ["a:1", "b:2"]}, '
         '"task": {"type": "worker", "index": 1}}')
     assert config["task"]["index"] == 1
@@ -254,13 +259,13 @@ def test_valid_tf_config_passes():
 ])
 def test_malformed_dataset_specs(text, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        training.parse_dataset_spec(text, **kwargs)
+        sources.parse_dataset_spec(text, **kwargs)
 
 
 def test_dataset_spec_defaults():
-    spec = training.parse_dataset_spec("multi30k", manual_dir="/m")
+    spec = sources.parse_dataset_spec("multi30k", manual_dir="/m")
     assert (spec.source_language, spec.target_language) == ("en", "de")
-    spec = training.parse_dataset_spec("multi30k", target_language="en")
+    spec = sources.parse_dataset_spec("multi30k", target_language="en")
     assert (spec.source_language, spec.target_language) == ("de", "en")
 
 
@@ -268,15 +273,18 @@ def test_dataset_spec_defaults():
     (dict(text="multi30k", manual_dir="/no/such/dir"),
      "manual_dir directory does not exist"),
     (dict(text="tfds:wmt14_translate/de-en", source_language="de",
-          target_language="en", data_dir="/no/such/dir"),
-     "data_dir directory does not exist"),
+          target_language="en", data_dir="{file}"),
+     "the data_dir is not a directory"),
     (dict(text="textfiles:/no/such/corpus", source_language="en",
           target_language="de"), "No parallel text files"),
 ])
 def test_missing_data_fails_before_anything_is_written(spec, message,
                                                        tmp_path):
     text = spec.pop("text")
-    dataset = training.parse_dataset_spec(text, **spec)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    spec = {k: v.format(file=a_file) for k, v in spec.items()}
+    dataset = sources.parse_dataset_spec(text, **spec)
     model_dir = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match=message):
         training.train(TEST_HPARAMS, dataset, model_dir, verbose=0)
@@ -285,9 +293,9 @@ def test_missing_data_fails_before_anything_is_written(spec, message,
 
 def test_incomplete_multi30k_manual_dir(tmp_path):
     (tmp_path / "train.en.gz").write_bytes(b"")
-    spec = training.parse_dataset_spec("multi30k", manual_dir=str(tmp_path))
+    spec = sources.parse_dataset_spec("multi30k", manual_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="lacks train.de.gz"):
-        training.check_dataset(spec)
+        sources.check_dataset(spec)
 
 
 def test_bad_train_arguments(tmp_path):
@@ -303,7 +311,7 @@ def test_bad_train_arguments(tmp_path):
 
 
 def _write_corpus(prefix, count):
-    pairs = training.load_pairs(training.parse_dataset_spec("numbers"),
+    pairs = sources.load_pairs(sources.parse_dataset_spec("numbers"),
                                 "validation", limit=count)
     for index, lang in enumerate(("src", "tgt")):
         with open(f"{prefix}.train.{lang}", "w") as f:
@@ -313,7 +321,7 @@ def _write_corpus(prefix, count):
 @pytest.mark.slow
 def test_text_files_for_one_epoch(tmp_path):
     _write_corpus(tmp_path / "corpus", 200)
-    spec = training.parse_dataset_spec(
+    spec = sources.parse_dataset_spec(
         f"textfiles:{tmp_path / 'corpus'}", "src", "tgt")
     result = training.train(TEST_HPARAMS, spec, tmp_path / "run", epochs=1,
                             verbose=0)
@@ -329,11 +337,11 @@ def test_text_files_for_one_epoch(tmp_path):
 def test_tfds_dataset_with_mock_data(tmp_path):
     import tensorflow_datasets as tfds
 
-    spec = training.parse_dataset_spec("tfds:wmt14_translate/de-en", "de",
+    spec = sources.parse_dataset_spec("tfds:wmt14_translate/de-en", "de",
                                        "en")
     with tfds.testing.mock_data(num_examples=64):
         result = training.train(
-            hparams.parse_overrides(TEST_HPARAMS, "vocab_size=100"), spec,
+            config.parse_overrides(TEST_HPARAMS, "vocab_size=100"), spec,
             tmp_path, steps=3, verbose=0)
     assert result.step == 3 and np.isfinite(result.loss)
 
@@ -365,11 +373,12 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
     import hparams
+    from tfattn import config
     from tfattn import training
 
     from tests.harness import uneven_translation_batches
 
-    hp = hparams.parse_overrides(hparams.get("tiny"), sys.argv[1])
+    hp = config.parse_overrides(hparams.get("tiny"), sys.argv[1])
     # One global batch whose two halves hold different numbers of tokens.
     inputs, labels = uneven_translation_batches()
     batch = ({k: v[0] for k, v in inputs.items()}, labels[0])
@@ -476,13 +485,15 @@ _WORKER_SCRIPT = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     import hparams
+    from tfattn import config
+    from tfattn import distribute
     from tfattn import training
 
     # TF_CONFIG set: one of several workers; unset: a single local worker.
-    strategy = training.make_strategy("multi_worker_mirrored")
+    strategy = distribute.make_strategy("multi_worker_mirrored")
     from tests.harness import uneven_translation_batches
 
-    hp = hparams.parse_overrides(hparams.get("tiny"), sys.argv[1])
+    hp = config.parse_overrides(hparams.get("tiny"), sys.argv[1])
     # Three global batches of 8 rows holding different numbers of tokens.
     inputs, labels = uneven_translation_batches(count=3)
     source = inputs["source"]
@@ -597,7 +608,7 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
 @pytest.mark.slow
 def test_xla_step_matches_the_plain_step():
     """`jit_compile=True` computes the same loss and update (float32)."""
-    hp = hparams.parse_overrides(TEST_HPARAMS, "attention_dropout_rate=0.0")
+    hp = config.parse_overrides(TEST_HPARAMS, "attention_dropout_rate=0.0")
     inputs, labels = uneven_translation_batches()
     batch = ({k: v[0] for k, v in inputs.items()}, labels[0])
     results = []
@@ -626,8 +637,8 @@ def test_xla_step_matches_the_plain_step():
      (None, 32)),
 ])
 def test_per_replica_batch(overrides, replicas, expected):
-    hp = hparams.parse_overrides(hparams.get("tiny"), overrides)
-    assert training.per_replica_batch(hp, replicas) == expected
+    hp = config.parse_overrides(hparams.get("tiny"), overrides)
+    assert distribute.per_replica_batch(hp, replicas) == expected
 
 
 class _FakeStrategy:
@@ -636,7 +647,7 @@ class _FakeStrategy:
 
 def test_indivisible_global_batch_is_refused_before_anything_is_written(
         tmp_path):
-    hp = hparams.parse_overrides(TEST_HPARAMS, "batch_size=64")
+    hp = config.parse_overrides(TEST_HPARAMS, "batch_size=64")
     with pytest.raises(ValueError, match="batch_size=64 is not divisible by "
                        "the strategy's 3 replicas") as error:
         training.train(hp, "numbers", tmp_path / "run",
@@ -658,7 +669,7 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
         seen.setdefault("kwargs", kwargs)
         return dataset.take(6)
 
-    monkeypatch.setattr(training.data_lib, "make_batches", fake_make_batches)
+    monkeypatch.setattr(training, "make_batches", fake_make_batches)
 
     class TwoWorkers:
         num_replicas_in_sync = 2
@@ -668,7 +679,7 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
                 num_input_pipelines=2, input_pipeline_id=i,
                 num_replicas_in_sync=2)) for i in range(2)]
 
-    hp = hparams.parse_overrides(TEST_HPARAMS, "batch_size=64")
+    hp = config.parse_overrides(TEST_HPARAMS, "batch_size=64")
     shards = training._distributed_batches(
         TwoWorkers(), hp, None, None, seed=0, static_shapes=False)
     read = [[x["inputs"].decode() for x in shard.as_numpy_iterator()]
@@ -683,7 +694,7 @@ def test_restore_model_averages_the_last_checkpoints(trained, tmp_path):
     paths = tf.train.get_checkpoint_state(
         model_dir).all_model_checkpoint_paths
     assert len(paths) >= 2
-    model, _, _ = training.restore_model(model_dir, average_last=2)
+    model, _, _ = run_dir.restore_model(model_dir, average_last=2)
     # Independent of restore_model: the mean read straight from the files.
     for weight in model.weights:
         key = weight.path.split("/", 1)[1]
@@ -701,7 +712,7 @@ def test_restore_model_averages_the_last_checkpoints(trained, tmp_path):
 def test_restore_model_refuses_bad_averages(trained, average_last, message):
     _, model_dir, _ = trained
     with pytest.raises(ValueError, match=message):
-        training.restore_model(model_dir, average_last=average_last)
+        run_dir.restore_model(model_dir, average_last=average_last)
 
 
 def test_tpu_strategy_wiring(monkeypatch):
@@ -720,7 +731,7 @@ def test_tpu_strategy_wiring(monkeypatch):
                         lambda r: calls.append(("initialize", type(r))))
     monkeypatch.setattr(tf.distribute, "TPUStrategy",
                         lambda r: ("strategy", type(r)))
-    assert training.make_strategy("tpu", tpu="grpc://10.0.0.2:8470") == (
+    assert distribute.make_strategy("tpu", tpu="grpc://10.0.0.2:8470") == (
         "strategy", FakeResolver)
     assert calls == [("resolver", "grpc://10.0.0.2:8470"),
                      ("connect", FakeResolver), ("initialize", FakeResolver)]
@@ -734,4 +745,4 @@ def test_unreachable_tpu_is_a_clear_error(monkeypatch):
                         unreachable)
     with pytest.raises(ValueError, match="Could not connect to the TPU "
                        "'my-tpu'"):
-        training.make_strategy("tpu", tpu="my-tpu")
+        distribute.make_strategy("tpu", tpu="my-tpu")

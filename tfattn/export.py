@@ -40,9 +40,9 @@ import uuid
 import tensorflow as tf
 
 from tfattn.data.tokenizer import SubwordTokenizer
-from tfattn.evaluation import decode_lengths
-from tfattn.evaluation import encode_for_translation
-from tfattn.evaluation import model_proto_of
+from tfattn.translate import decode_lengths
+from tfattn.translate import encode_for_translation
+from tfattn.translate import model_proto_of
 from tfattn.validation import check_non_negative_float
 from tfattn.validation import check_positive_int
 from tfattn.validation import invalid_argument

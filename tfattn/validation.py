@@ -7,13 +7,25 @@ value received, in the Keras format:
 
 import numbers
 
+# The model flavours: the paper's attention and the two reference codes.
+FLAVORS = ("paper", "reference_2017", "reference_2019")
+# Longest echo of a received value in a message.
+_MAX_ECHO = 200
+
+
+def _echo(value):
+    text = repr(value)
+    if len(text) <= _MAX_ECHO:
+        return text
+    return f"{text[:_MAX_ECHO]}... ({len(text):,} characters)"
+
 
 def invalid_argument(name, expected, received, context=None):
     """Returns the ValueError for argument `name` (raise it at the call site)."""
     prefix = f"{context}: " if context else ""
     return ValueError(
         f"{prefix}Received an invalid value for argument `{name}`, expected "
-        f"{expected}. Received: {name}={received!r}"
+        f"{expected}. Received: {name}={_echo(received)}"
     )
 
 

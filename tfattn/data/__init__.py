@@ -7,6 +7,8 @@
 - `tokenizer`: a joint SentencePiece vocabulary used inside the TF graph.
 - `pipeline`: tokenize, filter, bucket and batch into
   `({'source', 'target_in'}, labels)` int32 batches.
+- `sources`: dataset spec strings (`numbers`, `multi30k`, `tfds:NAME`,
+  `textfiles:PREFIX`), their splits, and a run's vocabulary.
 """
 
 from tfattn.data.multi30k import Multi30k
@@ -64,3 +66,6 @@ __all__ = [
     "load_tokenizer",
     "train_tokenizer",
 ]
+
+# Dataset specs and splits build on the modules above.
+from tfattn.data import sources  # noqa: E402

@@ -4,7 +4,7 @@ import keras
 
 from tfattn import validation
 from tfattn.layers.feed_forward import FeedForward
-from tfattn.layers.multi_head_attention import FLAVORS
+from tfattn.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
 # Layer-norm epsilon when none is given: the references put 1e-8 inside the

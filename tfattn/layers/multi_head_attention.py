@@ -6,8 +6,7 @@ from keras import ops
 from tfattn import validation
 from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
-
-FLAVORS = ("paper", "reference_2017", "reference_2019")
+from tfattn.validation import FLAVORS
 
 _CONTEXT = "MultiHeadAttention"
 

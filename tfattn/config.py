@@ -1,0 +1,498 @@
+"""The hyperparameter schema of a training run: `HParams` and its parsing.
+
+One frozen `HParams` holds every hyperparameter of a run: the model's fields
+first (`MODEL_FIELDS`), then the training fields, then the decoding fields
+(`DECODING_FIELDS`). The named sets (`tiny`, `base`, `big`, `reference_2017`,
+`reference_2019`, `multi30k`) are the application's, in `hparams/` at the
+repository root; this module knows none of them.
+
+Example:
+
+```python
+from tfattn import config
+
+hp = config.HParams(...)                       # or a named set: hparams.get("tiny")
+hp = config.parse_overrides(hp, "num_heads=2,dropout_rate=0.2")
+assert config.from_json(config.to_json(hp)) == hp
+```
+
+Override strings are `key=value` pairs separated by commas. A value is
+parsed by the declared type of its field, never evaluated as code: an int
+field takes `12`, a float field `0.1` or `1e-4`, a bool field `true` or
+`false`, a str field a bare word or a quoted string (commas may stand inside
+quotes), and an optional field also `none`. An unknown key fails with the
+list of valid keys, and the resulting set is validated like any other.
+"""
+
+import dataclasses
+import json
+import math
+import re
+import typing
+
+from tfattn.validation import FLAVORS
+from tfattn.validation import invalid_argument
+
+_CONTEXT = "HParams"
+POSITIONAL_ENCODINGS = ("sinusoid", "sinusoid_2017", "learned")
+TOKENIZER_MODEL_TYPES = ("unigram", "bpe", "char", "word")
+LEARNING_RATE_SCHEDULES = ("noam", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """Every hyperparameter of one training run; see the module docstring.
+
+    Build a variant with `dataclasses.replace(hp, field=value)` or
+    `parse_overrides(hp, "field=value")`; both validate the result.
+    """
+
+    # --- Model (the arguments of `tfattn.Transformer`, plus the vocabulary).
+    # Which model to build: "paper", "reference_2017" or "reference_2019".
+    flavor: str
+    # Blocks in the encoder and in the decoder (the paper's N).
+    num_layers: int
+    # Model width d_model (the references' hidden_units / d_model).
+    num_units: int
+    # Attention heads h; num_units must be a multiple of it.
+    num_heads: int
+    # Width of the feed-forward sublayer's hidden layer (d_ff).
+    ffn_units: int
+    # Dropout rate at the model's dropout sites (embeddings, residuals).
+    dropout_rate: float
+    # Dropout rate on the attention weights.
+    attention_dropout_rate: float
+    # Pre-norm blocks (paper flavour only); False is the paper's post-norm.
+    normalize_first: bool
+    # "sinusoid", "sinusoid_2017" (the 2017 code's formula) or "learned".
+    positional_encoding: str
+    # Positions the positional table holds; also caps decoding lengths.
+    max_length: int
+    # One embedding table for source and target (the vocabulary is joint).
+    share_embeddings: bool
+    # Output projection = the target embedding transposed (no extra weights).
+    tie_output: bool
+    # Requested size of the joint SentencePiece vocabulary, specials included
+    # (a small corpus may support fewer; the trained size is used).
+    vocab_size: int
+    # SentencePiece model type: "unigram", "bpe", "char" or "word".
+    tokenizer_model_type: str
+
+    # --- Training.
+    # Sentence pairs per step, over all replicas; None = use tokens_per_batch.
+    batch_size: typing.Optional[int]
+    # About this many tokens per step over all replicas; None = batch_size.
+    tokens_per_batch: typing.Optional[int]
+    # Training pairs whose source or target (with BOS/EOS) is longer are
+    # dropped.
+    max_train_length: int
+    # Pairs in the shuffle buffer ahead of length bucketing.
+    shuffle_buffer_size: int
+    # "noam" (warmup then 1/sqrt(step) decay) or "constant".
+    learning_rate_schedule: str
+    # noam: the peak rate, reached at warmup_steps (the 2019 code's form),
+    # or None for the paper's num_units^-0.5 factor; constant: the rate.
+    learning_rate: typing.Optional[float]
+    # Multiplies the noam schedule (1.0 in the paper).
+    learning_rate_scale: float
+    # Linear warmup steps of the noam schedule.
+    warmup_steps: int
+    # Adam beta_1.
+    adam_beta1: float
+    # Adam beta_2.
+    adam_beta2: float
+    # Adam epsilon.
+    adam_epsilon: float
+    # Label smoothing epsilon, spread over the whole vocabulary.
+    label_smoothing: float
+    # Added to the token count that divides the summed loss (2019: 1e-7).
+    loss_denominator_epsilon: float
+    # Training length in optimizer steps; exactly one of train_steps and
+    # train_epochs is set.
+    train_steps: typing.Optional[int]
+    # Training length in passes over the training split.
+    train_epochs: typing.Optional[int]
+    # Save a checkpoint every this many steps (and always at the end).
+    checkpoint_every_steps: int
+    # Checkpoints kept on disk (the oldest are deleted).
+    keep_checkpoints: int
+    # Write TensorBoard scalars and update the progress bar this often.
+    log_every_steps: int
+
+    # --- Decoding (evaluation and export).
+    # Beam width; 1 = greedy search.
+    beam_size: int
+    # Length penalty alpha of beam search.
+    decode_alpha: float
+    # Each output may be this many tokens longer than its source.
+    decode_extra_length: int
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = _check_type(field.name, getattr(self, field.name),
+                                _field_types()[field.name])
+            object.__setattr__(self, field.name, value)
+        _check_values(self)
+
+
+# The fields that shape the model or its vocabulary (the rest is training
+# and decoding); `model_kwargs` turns them into `tfattn.Transformer`'s.
+MODEL_FIELDS = (
+    "flavor", "num_layers", "num_units", "num_heads", "ffn_units",
+    "dropout_rate", "attention_dropout_rate", "normalize_first",
+    "positional_encoding", "max_length", "share_embeddings", "tie_output",
+    "vocab_size", "tokenizer_model_type",
+)
+DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length")
+# Fields a resumed run may change: how long to train, how often to save and
+# log, and how to decode. Every other field must equal the saved one.
+RESUMABLE_FIELDS = (
+    "train_steps", "train_epochs", "checkpoint_every_steps",
+    "keep_checkpoints", "log_every_steps",
+) + DECODING_FIELDS
+
+
+def field_names():
+    """All field names, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(HParams))
+
+
+def training_fields():
+    """The training fields: neither model nor decoding fields."""
+    return tuple(n for n in field_names()
+                 if n not in MODEL_FIELDS and n not in DECODING_FIELDS)
+
+
+def model_kwargs(hp, vocab_size):
+    """`tfattn.Transformer` keyword arguments for `hp` and a trained vocab.
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The trained tokenizer's size (used for source and
+            target: the vocabulary is joint).
+
+    Returns:
+        dict of constructor arguments (without `seed` and `dtype`).
+    """
+    return dict(
+        source_vocab_size=vocab_size,
+        target_vocab_size=vocab_size,
+        num_layers=hp.num_layers,
+        num_units=hp.num_units,
+        num_heads=hp.num_heads,
+        ffn_units=hp.ffn_units,
+        dropout_rate=hp.dropout_rate,
+        attention_dropout_rate=hp.attention_dropout_rate,
+        flavor=hp.flavor,
+        normalize_first=hp.normalize_first,
+        max_length=hp.max_length,
+        positional_encoding=hp.positional_encoding,
+        share_embeddings=hp.share_embeddings,
+        tie_output=hp.tie_output,
+    )
+
+
+# ----------------------------------------------------------------------
+# Type and value checks.
+
+def _field_types():
+    return typing.get_type_hints(HParams)
+
+
+def _base_type(annotation):
+    """(the non-None type, whether None is allowed)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Union and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return inner, True
+    return annotation, False
+
+
+def _type_name(annotation):
+    kind, optional = _base_type(annotation)
+    return kind.__name__ + (" or None" if optional else "")
+
+
+def _invalid(name, expected, received):
+    return invalid_argument(name, expected, received, _CONTEXT)
+
+
+def _check_type(name, value, annotation):
+    kind, optional = _base_type(annotation)
+    if value is None:
+        if optional:
+            return None
+        raise _invalid(name, f"a {kind.__name__} (not None)", value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _invalid(name, f"an int{' or None' if optional else ''}", value)
+    if kind is float and not (isinstance(value, float)
+                              and math.isfinite(value)):
+        raise _invalid(name, f"a finite float{' or None' if optional else ''}",
+                       value)
+    if kind in (bool, str) and not isinstance(value, kind):
+        raise _invalid(name, f"a {kind.__name__}", value)
+    return value
+
+
+def _check_values(hp):
+    def positive(name, allow_none=False):
+        value = getattr(hp, name)
+        if value is None and allow_none:
+            return
+        if value is None or value < 1:
+            raise _invalid(name, "a positive int" +
+                           (" or None" if allow_none else ""), value)
+
+    def choice(name, choices):
+        if getattr(hp, name) not in choices:
+            raise _invalid(name, "one of " + ", ".join(map(repr, choices)),
+                           getattr(hp, name))
+
+    def rate(name, high=1.0):
+        value = getattr(hp, name)
+        if not 0 <= value < high:
+            raise _invalid(name, f"a float in [0, {high:g})", value)
+
+    def exactly_one(a, b):
+        if (getattr(hp, a) is None) == (getattr(hp, b) is None):
+            raise ValueError(
+                f"{_CONTEXT}: exactly one of `{a}` and `{b}` must be set (the "
+                f"other None). Received: {a}={getattr(hp, a)!r}, "
+                f"{b}={getattr(hp, b)!r}"
+            )
+
+    choice("flavor", FLAVORS)
+    choice("positional_encoding", POSITIONAL_ENCODINGS)
+    choice("tokenizer_model_type", TOKENIZER_MODEL_TYPES)
+    choice("learning_rate_schedule", LEARNING_RATE_SCHEDULES)
+    for name in ("num_layers", "num_units", "num_heads", "ffn_units",
+                 "max_length", "vocab_size", "max_train_length",
+                 "shuffle_buffer_size", "warmup_steps",
+                 "checkpoint_every_steps", "keep_checkpoints",
+                 "log_every_steps", "beam_size"):
+        positive(name)
+    for name in ("batch_size", "tokens_per_batch", "train_steps",
+                 "train_epochs"):
+        positive(name, allow_none=True)
+    for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing",
+                 "adam_beta1", "adam_beta2"):
+        rate(name)
+    for name in ("adam_epsilon", "learning_rate_scale"):
+        if not getattr(hp, name) > 0:
+            raise _invalid(name, "a float > 0", getattr(hp, name))
+    for name in ("loss_denominator_epsilon", "decode_alpha"):
+        if getattr(hp, name) < 0:
+            raise _invalid(name, "a float >= 0", getattr(hp, name))
+    if hp.decode_extra_length < 0:
+        raise _invalid("decode_extra_length", "an int >= 0",
+                       hp.decode_extra_length)
+    exactly_one("batch_size", "tokens_per_batch")
+    exactly_one("train_steps", "train_epochs")
+    if hp.num_units % hp.num_heads:
+        raise _invalid("num_units", f"a multiple of num_heads={hp.num_heads}",
+                       hp.num_units)
+    if hp.learning_rate is not None and not hp.learning_rate > 0:
+        raise _invalid("learning_rate", "a float > 0 or None",
+                       hp.learning_rate)
+    if hp.learning_rate_schedule == "constant" and hp.learning_rate is None:
+        raise _invalid("learning_rate",
+                       "a float > 0 with learning_rate_schedule='constant'",
+                       hp.learning_rate)
+    if hp.normalize_first and hp.flavor != "paper":
+        raise _invalid("normalize_first",
+                       f"False in flavor {hp.flavor!r} (the reference is "
+                       "post-norm)", hp.normalize_first)
+    # The reference flavours fix their embedding layout (REFERENCE_SPEC §3).
+    fixed = {"reference_2017": False, "reference_2019": True}.get(hp.flavor)
+    if fixed is not None:
+        for name in ("share_embeddings", "tie_output"):
+            if getattr(hp, name) != fixed:
+                raise _invalid(name, f"{fixed} in flavor {hp.flavor!r}, "
+                               "which the reference fixes", getattr(hp, name))
+    if hp.max_train_length > hp.max_length:
+        raise _invalid(
+            "max_train_length",
+            f"at most max_length={hp.max_length} (the positional table)",
+            hp.max_train_length,
+        )
+
+
+# ----------------------------------------------------------------------
+# Overrides.
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
+_BARE_WORD = re.compile(r"[A-Za-z0-9_.:/+\-]+\Z")
+_NONE_WORDS = ("none", "null")
+
+
+def _split_items(text):
+    """Splits on commas outside single or double quotes."""
+    items, current, quote = [], [], None
+    for char in text:
+        if quote:
+            current.append(char)
+            if char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+            current.append(char)
+        elif char == ",":
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if quote:
+        raise ValueError(
+            f"Malformed hparams overrides {text!r}: unterminated {quote} "
+            "quote."
+        )
+    items.append("".join(current))
+    return items
+
+
+def _parse_value(name, raw, annotation):
+    kind, optional = _base_type(annotation)
+
+    def fail(why=""):
+        return ValueError(
+            f"Invalid value for hparams field `{name}` in overrides: expected "
+            f"{_describe(kind, optional)}{why}. Received: {name}={raw}"
+        )
+
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        if kind is not str:
+            raise fail(" (a quoted value is a string)")
+        return text[1:-1]
+    if optional and text.lower() in _NONE_WORDS:
+        return None
+    if kind is int:
+        if not _INT.match(text):
+            raise fail()
+        return int(text)
+    if kind is float:
+        if not _FLOAT.match(text):
+            raise fail()
+        return float(text)
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise fail()
+        return text.lower() == "true"
+    if not _BARE_WORD.match(text):
+        raise fail(" (quote strings holding other characters)")
+    return text
+
+
+def _describe(kind, optional):
+    text = {
+        int: "an int such as 8",
+        float: "a float such as 0.1 or 1e-4",
+        bool: "true or false",
+        str: "a string (a bare word or quoted)",
+    }[kind]
+    return text + (" or none" if optional else "")
+
+
+def parse_overrides(hp, overrides):
+    """Applies an override string such as `"num_heads=4,dropout_rate=0.2"`.
+
+    Args:
+        hp: HParams. The set to start from.
+        overrides: str or None. Comma-separated `key=value` pairs; empty or
+            None changes nothing.
+
+    Returns:
+        A new, validated HParams.
+
+    Raises:
+        ValueError: a malformed string, an unknown or repeated key (the
+            message lists the valid keys), a value of the wrong type, or a
+            resulting set that fails validation.
+    """
+    if overrides is None or not overrides.strip():
+        return hp
+    if not isinstance(overrides, str):
+        raise _invalid("overrides", "a string of key=value pairs", overrides)
+    types = _field_types()
+    values = {}
+    for item in _split_items(overrides):
+        if not item.strip():
+            raise ValueError(
+                f"Malformed hparams overrides {overrides!r}: an empty item "
+                "(expected key=value pairs separated by single commas)."
+            )
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not _KEY.match(key):
+            raise ValueError(
+                f"Malformed hparams override {item.strip()!r} in "
+                f"{overrides!r}: expected key=value (e.g. num_heads=4)."
+            )
+        if key not in types:
+            raise ValueError(
+                f"Unknown hparams field {key!r} in overrides. Valid fields: "
+                + ", ".join(field_names())
+            )
+        if key in values:
+            raise ValueError(
+                f"Hparams field {key!r} is overridden twice in {overrides!r}."
+            )
+        values[key] = _parse_value(key, raw, types[key])
+    return dataclasses.replace(hp, **values)
+
+
+# ----------------------------------------------------------------------
+# JSON.
+
+def to_dict(hp):
+    """The fields as a plain dict, in declaration order."""
+    return {name: getattr(hp, name) for name in field_names()}
+
+
+def to_json(hp):
+    """The set as an indented JSON object (one key per field)."""
+    return json.dumps(to_dict(hp), indent=2) + "\n"
+
+
+def from_json(text):
+    """Reads `to_json`'s output back into a validated HParams.
+
+    Raises:
+        ValueError: invalid JSON, missing or unknown fields, wrong types.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"Hparams JSON is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError("Hparams JSON must be an object of field: value.")
+    names = field_names()
+    unknown = sorted(set(data) - set(names))
+    missing = [n for n in names if n not in data]
+    if unknown or missing:
+        raise ValueError(
+            "Hparams JSON does not match HParams: "
+            + (f"unknown fields {unknown}; " if unknown else "")
+            + (f"missing fields {missing}; " if missing else "")
+            + "valid fields: " + ", ".join(names)
+        )
+    return HParams(**data)
+
+
+def differences(saved, requested, ignore=()):
+    """Names of the fields whose values differ, in declaration order."""
+    return [n for n in field_names() if n not in ignore
+            and getattr(saved, n) != getattr(requested, n)]
+
+
+def decoding_kwargs(hp):
+    """The hparams' decoding settings as the keyword arguments of
+    `tfattn.translate.translate_texts`, `evaluation.evaluate` and
+    `export.export_translator`: `beam_size`, `alpha`, `extra_length`."""
+    return dict(beam_size=hp.beam_size, alpha=hp.decode_alpha,
+                extra_length=hp.decode_extra_length)
+

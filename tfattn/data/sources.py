@@ -1,0 +1,285 @@
+"""Where training pairs come from: dataset specs, splits and the vocabulary.
+
+A dataset is named by a spec string (`parse_dataset_spec`): `numbers` (the
+generated task, offline), `multi30k` (with a manual directory of its files),
+`tfds:NAME` (a TFDS translation dataset) or `textfiles:PREFIX` (a user's
+parallel files). `load_split` gives any split as `{'inputs', 'targets'}`
+string pairs, `load_pairs` as Python pairs, and `build_tokenizer` learns (or
+reloads) the joint SentencePiece vocabulary of a run.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from tfattn.data import multi30k
+from tfattn.data.multi30k import load_multi30k
+from tfattn.data.numbers import numbers_dataset
+from tfattn.data.textfiles import parallel_dataset
+from tfattn.data.tokenizer import load_tokenizer
+from tfattn.data.tokenizer import train_tokenizer
+
+DATASET_KINDS = ("numbers", "multi30k", "tfds", "textfiles")
+# Sentences (of both languages together) the vocabulary is learnt from.
+TOKENIZER_MAX_SENTENCES = 2_000_000
+# Training pairs of the numbers task the vocabulary is learnt from.
+NUMBERS_TOKENIZER_PAIRS = 20_000
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """Where the training pairs come from (see `parse_dataset_spec`).
+
+    Attributes:
+        kind: str. `"numbers"`, `"multi30k"`, `"tfds"` or `"textfiles"`.
+        name: str or None. The TFDS name or the text-file prefix.
+        source_language, target_language: str or None. Feature keys (TFDS,
+            Multi30k) or file suffixes (text files).
+        data_dir: str or None. The TFDS data directory.
+        manual_dir: str or None. The TFDS manual directory (Multi30k's
+            `*.gz` files).
+    """
+
+    kind: str
+    name: str | None = None
+    source_language: str | None = None
+    target_language: str | None = None
+    data_dir: str | None = None
+    manual_dir: str | None = None
+
+    def __str__(self):
+        text = self.kind + (f":{self.name}" if self.name else "")
+        if self.source_language:
+            text += f" ({self.source_language}->{self.target_language})"
+        return text
+
+
+def parse_dataset_spec(text, source_language=None, target_language=None,
+                       data_dir=None, manual_dir=None):
+    """Reads a dataset spec string and checks what it needs.
+
+    Args:
+        text: str. `"numbers"`, `"multi30k"`, `"tfds:NAME"` (e.g.
+            `"tfds:wmt14_translate/de-en"`) or `"textfiles:PREFIX"` (files
+            `PREFIX.train.SRC` and `PREFIX.train.TGT`, or `PREFIX.SRC` and
+            `PREFIX.TGT`).
+        source_language, target_language: str or None. Required for `tfds`
+            and `textfiles`; `multi30k` takes `en`/`de` (default en->de);
+            `numbers` takes none.
+        data_dir: str or None. TFDS data directory (`multi30k`, `tfds`).
+        manual_dir: str or None. TFDS manual directory (`multi30k`, `tfds`).
+
+    Returns:
+        A `DatasetSpec`.
+
+    Raises:
+        ValueError: a malformed spec or an impossible combination.
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"A dataset spec must be a non-empty string. "
+                         f"Received: {text!r}")
+    kind, sep, name = text.partition(":")
+    usage = ("expected 'numbers', 'multi30k', 'tfds:NAME' or "
+             "'textfiles:PREFIX'")
+    if kind not in DATASET_KINDS:
+        raise ValueError(f"Unknown dataset {text!r}: {usage}.")
+    if kind in ("numbers", "multi30k") and sep:
+        raise ValueError(f"Dataset {kind!r} takes no ':...' part: {usage}. "
+                         f"Received: {text!r}")
+    if kind in ("tfds", "textfiles") and not name:
+        raise ValueError(f"Dataset {kind!r} needs a name after ':': {usage}. "
+                         f"Received: {text!r}")
+    languages = (source_language, target_language)
+    if kind == "numbers":
+        stray = [n for n, v in (("source_language", source_language),
+                                ("target_language", target_language),
+                                ("data_dir", data_dir),
+                                ("manual_dir", manual_dir)) if v]
+        if stray:
+            raise ValueError("The generated 'numbers' dataset takes no "
+                             + ", ".join(stray) + ".")
+    elif kind == "multi30k":
+        source_language = source_language or (
+            "de" if target_language == "en" else "en")
+        target_language = target_language or (
+            "de" if source_language == "en" else "en")
+        if {source_language, target_language} != {"en", "de"}:
+            raise ValueError(
+                "Multi30k translates between 'en' and 'de'. Received: "
+                f"source_language={languages[0]!r}, "
+                f"target_language={languages[1]!r}")
+    else:
+        if not source_language or not target_language:
+            raise ValueError(
+                f"Dataset {text!r} needs source_language and target_language "
+                "(--source_language, --target_language).")
+        if source_language == target_language:
+            raise ValueError("source_language and target_language must "
+                             f"differ. Received: {source_language!r} twice.")
+        if kind == "textfiles" and (data_dir or manual_dir):
+            raise ValueError("Text files take no data_dir or manual_dir; put "
+                             "the path in 'textfiles:PREFIX'.")
+    return DatasetSpec(kind, name or None, source_language, target_language,
+                       data_dir or None, manual_dir or None)
+
+
+def check_dataset(spec):
+    """Raises FileNotFoundError when the spec's local data is missing.
+
+    A cheap check, made before anything is written: the manual directory
+    exists and Multi30k's holds its six files, the text files exist, and the
+    data directory is a directory if it exists (TFDS creates it when it
+    prepares a dataset there).
+    """
+    if spec.data_dir and tf.io.gfile.exists(spec.data_dir) and not \
+            tf.io.gfile.isdir(spec.data_dir):
+        raise FileNotFoundError(
+            f"{spec.data_dir}: the data_dir is not a directory.")
+    if spec.manual_dir and not tf.io.gfile.isdir(spec.manual_dir):
+        raise FileNotFoundError(
+            f"{spec.manual_dir}: the manual_dir directory does not exist.")
+    if spec.kind == "multi30k" and spec.manual_dir:
+        missing = [n for n in multi30k.FILENAMES if not
+                   tf.io.gfile.exists(os.path.join(spec.manual_dir, n))]
+        if missing:
+            raise FileNotFoundError(
+                f"{spec.manual_dir}: the Multi30k manual directory lacks "
+                + ", ".join(missing))
+    if spec.kind == "textfiles":
+        _textfile_prefix(spec, "train")
+
+
+def _textfile_prefix(spec, split):
+    """`PREFIX.split` when its files exist, else `PREFIX` (train only)."""
+    candidates = [f"{spec.name}.{split}"] + (
+        [spec.name] if split == "train" else [])
+    for prefix in candidates:
+        paths = [f"{prefix}.{lang}" for lang in
+                 (spec.source_language, spec.target_language)]
+        if all(tf.io.gfile.exists(p) for p in paths):
+            return prefix
+    wanted = " or ".join(
+        f"{p}.{{{spec.source_language},{spec.target_language}}}"
+        for p in candidates)
+    raise FileNotFoundError(f"No parallel text files for split {split!r}: "
+                            f"expected {wanted}.")
+
+
+def load_split(spec, split="train"):
+    """One split of the dataset as `{'inputs', 'targets'}` string pairs.
+
+    Args:
+        spec: DatasetSpec.
+        split: str. `"train"`, `"validation"` or `"test"`.
+
+    Returns:
+        A `tf.data.Dataset` of dicts with `'inputs'` (source) and
+        `'targets'` (target) `tf.string` scalars.
+
+    Raises:
+        FileNotFoundError, ValueError: missing or malformed data.
+    """
+    check_dataset(spec)
+    if spec.kind == "numbers":
+        return numbers_dataset(split)
+    if spec.kind == "textfiles":
+        return parallel_dataset(
+            _textfile_prefix(spec, split), spec.source_language,
+            spec.target_language)
+    if spec.kind == "multi30k":
+        dataset = load_multi30k(split, data_dir=spec.data_dir,
+                                         manual_dir=spec.manual_dir)
+    else:
+        dataset = _load_tfds(spec, split)
+    src, tgt = spec.source_language, spec.target_language
+    return dataset.map(lambda ex: {"inputs": ex[src], "targets": ex[tgt]},
+                       num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _load_tfds(spec, split):
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(spec.name, data_dir=spec.data_dir)
+    except Exception as error:  # TFDS raises several kinds for bad names.
+        raise ValueError(f"Unknown TFDS dataset {spec.name!r}: "
+                         f"{error}") from None
+    features = builder.info.features
+    keys = list(features.keys()) if hasattr(features, "keys") else []
+    missing = [k for k in (spec.source_language, spec.target_language)
+               if k not in keys]
+    if missing:
+        raise ValueError(
+            f"TFDS dataset {spec.name!r} has no feature(s) "
+            f"{', '.join(map(repr, missing))}; its features are "
+            f"{', '.join(map(repr, keys))} (use them as --source_language "
+            "and --target_language).")
+    if not builder.is_prepared():
+        try:
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(
+                    manual_dir=spec.manual_dir))
+        except Exception as error:  # Network and manual-dir errors alike.
+            raise FileNotFoundError(
+                f"TFDS dataset {spec.name!r} is not prepared in "
+                f"{spec.data_dir or 'the default TFDS data directory'} and "
+                f"could not be downloaded or built ({type(error).__name__}: "
+                f"{str(error)[:300]}). Prepare it with `tfds build "
+                f"{spec.name}` and pass --data_dir.") from None
+    if builder.info.splits and split not in builder.info.splits:
+        raise ValueError(f"TFDS dataset {spec.name!r} has no split "
+                         f"{split!r}; it has {', '.join(builder.info.splits)}.")
+    return builder.as_dataset(split=split)
+
+
+def load_pairs(spec, split, limit=None):
+    """A split as a list of (source, target) str pairs (at most `limit`)."""
+    dataset = load_split(spec, split)
+    if limit is not None:
+        dataset = dataset.take(limit)
+    pairs = []
+    # Batched: iterating scalar elements costs about 1 ms each.
+    for batch in dataset.batch(4096).as_numpy_iterator():
+        pairs += [(s.decode("utf-8"), t.decode("utf-8"))
+                  for s, t in zip(batch["inputs"], batch["targets"])]
+    return pairs
+
+
+def build_tokenizer(spec, hp, train_pairs, model_dir, resume=False):
+    """The joint vocabulary: loaded on resume, else learnt into `model_dir`.
+
+    Learnt from the source and target sentences of `train_pairs` (at most
+    `TOKENIZER_MAX_SENTENCES` sentences) with the hparams' size and model
+    type; digits are split for the numbers task. Learning is deterministic,
+    so every worker of a multi-worker run learns the same vocabulary.
+
+    Args:
+        spec: DatasetSpec.
+        hp: HParams.
+        train_pairs: the training split (`load_split`).
+        model_dir: str. Where `spm.model` is read (resume) or written.
+        resume: bool. Load `model_dir/spm.model` instead of learning it.
+    """
+    if resume:
+        return load_tokenizer(model_dir)
+
+    def sentences():
+        limit = TOKENIZER_MAX_SENTENCES // 2
+        if spec.kind == "numbers":
+            # Its 40-odd pieces all occur in a few thousand pairs; the
+            # whole split would only slow the trainer down.
+            limit = NUMBERS_TOKENIZER_PAIRS
+        # Batched: iterating scalar elements costs about 1 ms each.
+        for batch in train_pairs.take(limit).batch(4096).as_numpy_iterator():
+            for source, target in zip(batch["inputs"], batch["targets"]):
+                yield source.decode("utf-8")
+                yield target.decode("utf-8")
+
+    logging.info("Learning a %d-piece %s vocabulary from %s.",
+                 hp.vocab_size, hp.tokenizer_model_type, spec)
+    return train_tokenizer(
+        sentences(), model_dir, vocab_size=hp.vocab_size,
+        model_type=hp.tokenizer_model_type,
+        split_digits=spec.kind == "numbers")

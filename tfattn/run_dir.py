@@ -1,0 +1,178 @@
+"""The model directory of a run: its hparams file, its checkpoints, and the
+model they hold.
+
+    model_dir/hparams.json          the resolved hparams (reused on resume)
+    model_dir/spm.model, spm.vocab  the joint SentencePiece vocabulary
+    model_dir/ckpt-<step>.*         checkpoints (model, optimizer, step)
+
+- `resolve_hparams`: the hparams a run uses, checked against the saved ones.
+- `build_model` / `restore_model`: a `Transformer` for the hparams, and one
+  holding the latest checkpoint's (or the average of the last N's) weights.
+- `write_text_atomically`: the one way this library writes a small file.
+"""
+
+import dataclasses
+import os
+import uuid
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tfattn import config
+from tfattn.data.tokenizer import load_tokenizer
+from tfattn.models import Transformer
+
+HPARAMS_FILENAME = "hparams.json"
+CHECKPOINT_NAME = "ckpt"
+
+
+def write_text_atomically(path, text):
+    """Writes `text` to `path` through a temporary file and a rename, so a
+    reader never sees half a file and a crash leaves the old one whole."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
+
+
+
+def hparams_path(model_dir):
+    return os.path.join(str(model_dir), HPARAMS_FILENAME)
+
+
+def load_saved_hparams(model_dir):
+    """The hparams saved in `model_dir`, or None when there are none."""
+    path = hparams_path(model_dir)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "r") as f:
+        try:
+            return config.from_json(f.read())
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+
+def resolve_hparams(model_dir, requested=None):
+    """The hparams a run in `model_dir` uses.
+
+    - No checkpoint yet (nothing trained, nothing to lose): `requested`, or
+      the saved ones when `requested` is None.
+    - A checkpoint: the saved ones. `requested`, when given, must agree with
+      them in every field outside `config.RESUMABLE_FIELDS`; the requested
+      resumable fields (e.g. a longer `train_steps`) are taken.
+
+    Raises:
+        ValueError: no hparams at all, a checkpoint without saved hparams,
+            or fields that differ (listed with both values).
+    """
+    model_dir = str(model_dir)
+    saved = load_saved_hparams(model_dir)
+    if tf.train.latest_checkpoint(model_dir) is None:
+        if requested is None and saved is None:
+            raise ValueError(
+                f"{hparams_path(model_dir)} does not exist: name a hparams "
+                "set for a new run (--hparams=NAME).")
+        return requested or saved
+    if saved is None:
+        raise ValueError(
+            f"{model_dir} holds checkpoints but no {HPARAMS_FILENAME}: its "
+            "hparams are unknown, so it cannot be resumed. Train in a new "
+            "--model_dir.")
+    if requested is None:
+        return saved
+    differing = config.differences(
+        saved, requested, ignore=config.RESUMABLE_FIELDS)
+    if differing:
+        listed = "; ".join(
+            f"{n}: saved {getattr(saved, n)!r}, requested "
+            f"{getattr(requested, n)!r}" for n in differing)
+        raise ValueError(
+            f"The hparams requested for {model_dir} differ from those it was "
+            f"trained with ({hparams_path(model_dir)}) in: {listed}. Resume "
+            "with the saved hparams (omit --hparams, or pass the same set and "
+            "overrides), or train in a new --model_dir.")
+    changes = {n: getattr(requested, n) for n in config.RESUMABLE_FIELDS}
+    return dataclasses.replace(saved, **changes)
+
+
+def build_model(hp, vocab_size, seed=None, mixed_precision=None):
+    """A built `Transformer` for the hparams (call it in a strategy scope)."""
+    model = Transformer(**config.model_kwargs(hp, vocab_size), seed=seed,
+                        dtype=mixed_precision or "float32")
+    dummy = tf.ones([1, 2], tf.int32)
+    model({"source": dummy, "target_in": dummy}, training=False)
+    return model
+
+
+def model_weights(model):
+    """The model's weights by Keras path, for `tf.train.Checkpoint`.
+
+    `tf.train.Checkpoint(model=model)` does not reach sublayers that a Keras
+    3 layer holds in a list (the encoder's and decoder's blocks): Keras
+    tracks such lists itself and hides them from TensorFlow's checkpoint
+    graph, so those weights would be saved only through the optimizer's
+    slots and lost when restoring the model alone. Checkpointing this dict
+    names every weight explicitly, by its path below the model (without the
+    model's own name, which Keras numbers per process: `transformer_1`).
+    """
+    return {weight.path.split("/", 1)[1]: weight for weight in model.weights}
+
+
+def restore_model(model_dir, average_last=1):
+    """The model of `model_dir`'s latest checkpoint(s), for inference.
+
+    Args:
+        model_dir: str.
+        average_last: int. Average the weights of the last this many
+            checkpoints that `model_dir` keeps (the paper averages the last
+            5 of a base run, §6.1); 1 takes the latest alone.
+
+    Returns:
+        (model, tokenizer, hparams): a built `Transformer` holding the
+        checkpoint's (or average's) weights, its `SubwordTokenizer` and its
+        HParams.
+
+    Raises:
+        FileNotFoundError: no hparams, vocabulary or checkpoint there.
+        ValueError: `average_last` is not a positive int, or more than the
+            checkpoints kept.
+    """
+    model_dir = str(model_dir)
+    if (isinstance(average_last, bool) or not isinstance(average_last, int)
+            or average_last < 1):
+        raise ValueError(
+            "Received an invalid value for argument `average_last`, expected "
+            f"a positive int. Received: average_last={average_last!r}")
+    hp = load_saved_hparams(model_dir)
+    state = tf.train.get_checkpoint_state(model_dir)
+    if hp is None or state is None or not state.model_checkpoint_path:
+        raise FileNotFoundError(
+            f"{model_dir} holds no trained model (hparams.json and a "
+            "checkpoint); train one first (--mode=train).")
+    paths = list(state.all_model_checkpoint_paths)
+    if average_last > len(paths):
+        raise ValueError(
+            f"Cannot average the last {average_last} checkpoints: "
+            f"{model_dir} keeps {len(paths)} ({', '.join(paths)}). Received: "
+            f"average_last={average_last}")
+    tokenizer = load_tokenizer(model_dir)
+    model = build_model(hp, tokenizer.vocab_size)
+    checkpoint = tf.train.Checkpoint(model=model_weights(model))
+    total = None
+    for path in paths[-average_last:]:
+        checkpoint.restore(path).assert_existing_objects_matched(
+        ).expect_partial()
+        values = [w.numpy().astype(np.float64) for w in model.weights]
+        total = values if total is None else [
+            t + v for t, v in zip(total, values)]
+    if average_last > 1:
+        for weight, value in zip(model.weights, total):
+            weight.assign((value / average_last).astype(weight.dtype))
+    logging.info("Restored the model of %s.", ", ".join(
+        paths[-average_last:]) if average_last > 1 else paths[-1])
+    return model, tokenizer, hp

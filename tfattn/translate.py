@@ -1,0 +1,248 @@
+"""Translation with a trained `Transformer`: text in, text out.
+
+- `decode_lengths`: the source cap and the output buffer of a model.
+- `encode_for_translation`: strings -> source ids (pieces, EOS, padding),
+  eagerly and inside graphs; `tfattn.export` uses it in the SavedModel, so
+  `translate_texts` and the export compute the same thing.
+- `translate_texts`: source strings -> translations with `model.generate`
+  (beam search or greedy), batch by batch, one traced function per setting.
+- `sample_translations`: the first pairs of a split, with the exact-match rate.
+"""
+
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from tfattn.data.sources import load_pairs
+from tfattn.data.tokenizer import EOS_ID
+from tfattn.data.tokenizer import PAD_ID
+from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.validation import check_non_negative_float
+from tfattn.validation import check_positive_int
+from tfattn.validation import invalid_argument
+
+_CONTEXT = "translate"
+
+
+def decode_lengths(model, extra_length=50, max_source_length=None):
+    """The source cap S and the static output buffer length L of a model.
+
+    Args:
+        model: a `tfattn.Transformer`.
+        extra_length: int >= 0. An output may be this much longer than its
+            source (the paper's input length + 50). Defaults to `50`.
+        max_source_length: int or None. Longest source, in pieces with EOS;
+            longer sources are truncated (their last piece replaced by EOS).
+            `None` takes `model.max_length - extra_length`, or
+            `model.max_length` when that is not positive. At most
+            `model.max_length` (the positional table).
+
+    Returns:
+        `(max_source_length, max_length)`: Python ints, with
+        `max_length = min(max_source_length + extra_length,
+        model.max_length)`, the buffer `Transformer.generate` decodes into.
+    """
+    if isinstance(extra_length, bool) or not isinstance(
+        extra_length, (int, np.integer)
+    ) or extra_length < 0:
+        raise invalid_argument(
+            "extra_length", "a non-negative integer", extra_length, _CONTEXT
+        )
+    table = int(model.max_length)
+    if max_source_length is None:
+        max_source_length = table - extra_length
+        if max_source_length < 1:
+            max_source_length = table
+    else:
+        max_source_length = check_positive_int(
+            "max_source_length", max_source_length, _CONTEXT
+        )
+        if max_source_length > table:
+            raise invalid_argument(
+                "max_source_length",
+                f"at most the model's max_length={table} (its positional "
+                "table)",
+                max_source_length,
+                _CONTEXT,
+            )
+    return int(max_source_length), int(min(max_source_length + extra_length,
+                                            table))
+
+
+def encode_for_translation(sp_tokenizer, sentences, max_source_length,
+                           pad_to_length=False):
+    """Strings -> int32 source ids `[B, S]`: pieces, EOS, 0-padding.
+
+    A source longer than `max_source_length` (EOS included) keeps its first
+    `max_source_length - 1` pieces, then EOS. Works eagerly and in graphs.
+
+    Args:
+        sp_tokenizer: anything whose `tokenize([B] strings)` returns a ragged
+            `[B, None]` int tensor (a `SubwordTokenizer` or a
+            `tensorflow_text.SentencepieceTokenizer`).
+        sentences: `[B]` `tf.string` tensor.
+        max_source_length: Python int.
+        pad_to_length: bool. Pad to `max_source_length` columns (a static
+            shape) instead of the longest row. Defaults to `False`.
+
+    Returns:
+        int32 `[B, S]` tensor.
+    """
+    ids = sp_tokenizer.tokenize(sentences)
+    ids = tf.cast(ids, tf.int32)[:, : max_source_length - 1]
+    eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
+    ids = tf.concat([ids, eos], axis=1)
+    if pad_to_length:
+        return ids.to_tensor(default_value=PAD_ID,
+                             shape=[None, max_source_length])
+    return ids.to_tensor(default_value=PAD_ID)
+
+
+def model_proto_of(tokenizer):
+    """The serialized SentencePiece model of a tokenizer (or the bytes)."""
+    if isinstance(tokenizer, bytes):
+        return tokenizer
+    proto = getattr(tokenizer, "model_proto", None)
+    if not isinstance(proto, bytes) or not proto:
+        raise invalid_argument(
+            "tokenizer",
+            "a `tfattn.data.SubwordTokenizer` (or the bytes of its "
+            "SentencePiece model)",
+            type(tokenizer).__name__,
+            _CONTEXT,
+        )
+    return proto
+
+
+# model -> {(beam_size, alpha, extra_length, max_length, jit): tf.function};
+# weak, so a cached function never keeps a model alive.
+_GENERATE_FNS = weakref.WeakKeyDictionary()
+
+
+def _generate_fn(model, beam_size, alpha, extra_length, max_length,
+                 jit_compile):
+    key = (beam_size, alpha, extra_length, max_length, jit_compile)
+    per_model = _GENERATE_FNS.setdefault(model, {})
+    if key not in per_model:
+        # The model is held weakly by the function too.
+        model_ref = weakref.ref(model)
+
+        def generate(source):
+            return model_ref().generate(
+                source, beam_size=beam_size, alpha=alpha,
+                max_length=max_length, extra_length=extra_length,
+            )
+
+        # Without XLA the batch and source length are left free (one trace
+        # for every batch shape); XLA compiles per shape, so its callers pad
+        # to one shape.
+        signature = None if jit_compile else [
+            tf.TensorSpec([None, None], tf.int32, name="source")
+        ]
+        per_model[key] = tf.function(
+            generate, input_signature=signature, jit_compile=jit_compile,
+            reduce_retracing=False,
+        )
+    return per_model[key]
+
+
+def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
+                    batch_size=64, extra_length=50, max_source_length=None,
+                    jit_compile=False):
+    """Translates source strings with `model.generate`, batch by batch.
+
+    Every batch has the same number of rows: the last one is padded with
+    empty strings (whose outputs are dropped), so it reuses the traced (or,
+    with `jit_compile`, compiled) function of the others. The graph is cached
+    per model and decoding setting, so later calls do not retrace.
+
+    With the same arguments, the result equals the `translations` output of
+    a SavedModel from `tfattn.export.export_translator` for the same batch:
+    both truncate and encode the sources with `encode_for_translation` and
+    decode into the same buffer length (`decode_lengths`).
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: the `tfattn.data.SubwordTokenizer` of the model (or the
+            bytes of its SentencePiece model).
+        texts: list of str (or bytes). Source sentences.
+        beam_size: int. 1 = greedy search. Defaults to `4`.
+        alpha: float. Length penalty of beam search. Defaults to `0.6`.
+        batch_size: int. Rows per batch (at most `len(texts)` are used).
+            Defaults to `64`.
+        extra_length: int. Outputs stop at their source length plus this.
+            Defaults to `50`.
+        max_source_length: int or None. Source cap (see `decode_lengths`).
+        jit_compile: bool. Run the search under XLA, with sources padded to
+            `max_source_length` so that one compilation serves every batch.
+            Faster for long runs on some hardware; results can differ from
+            the non-XLA ones in the last float bits. Defaults to `False`.
+
+    Returns:
+        list of str, one translation per input, in order.
+    """
+    beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
+    alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
+    batch_size = check_positive_int("batch_size", batch_size, _CONTEXT)
+    if not isinstance(jit_compile, bool):
+        raise invalid_argument("jit_compile", "a Python bool", jit_compile,
+                               _CONTEXT)
+    if isinstance(texts, (str, bytes)):
+        raise invalid_argument(
+            "texts", "a list of strings (not one string)", texts, _CONTEXT
+        )
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, (str, bytes)):
+            raise invalid_argument(
+                "texts",
+                f"a list of str or bytes (item {i} is {type(text).__name__})",
+                text,
+                _CONTEXT,
+            )
+    if not texts:
+        return []
+    max_source_length, max_length = decode_lengths(
+        model, extra_length, max_source_length
+    )
+    # A fresh in-graph tokenizer: tensorflow-text's SentencePiece resource
+    # dies with the eager kernel cache, which `tf.random.set_seed` (and
+    # `keras.utils.set_random_seed`) clears, so a tokenizer made before a
+    # reseed fails with "Resource ... SentencepieceOp ... does not exist".
+    tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    generate = _generate_fn(model, beam_size, alpha, int(extra_length),
+                            max_length, jit_compile)
+    rows = min(batch_size, len(texts))
+    outputs = []
+    for start in range(0, len(texts), rows):
+        batch = texts[start:start + rows]
+        real = len(batch)
+        batch = batch + [""] * (rows - real)
+        source = encode_for_translation(
+            tokenizer, tf.constant(batch, tf.string), max_source_length,
+            pad_to_length=jit_compile,
+        )
+        ids, _ = generate(source)
+        decoded = tokenizer.detokenize(ids).numpy()[:real]
+        outputs.extend(t.decode("utf-8") for t in decoded)
+    return outputs
+
+
+def sample_translations(model, tokenizer, decoding, spec, split="validation",
+                        count=100):
+    """Translates the first `count` pairs of a split.
+
+    Args:
+        decoding: dict of `translate_texts` keyword arguments (the run's
+            `config.decoding_kwargs(hp)`).
+
+    Returns:
+        (exact-match rate, list of (source, reference, hypothesis)).
+    """
+    pairs = load_pairs(spec, split, limit=count)
+    hypotheses = translate_texts(model, tokenizer, [s for s, _ in pairs],
+                                 **decoding)
+    rows = [(s, r, h) for (s, r), h in zip(pairs, hypotheses)]
+    exact = float(np.mean([r == h for _, r, h in rows])) if rows else 0.0
+    return exact, rows
