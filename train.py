@@ -25,9 +25,10 @@ def _import_tensorflow_quietly():
     TensorFlow's C++ logging prints its banner (oneDNN notice, CUDA stub and
     CPU feature lines) before it reads TF_CPP_MIN_LOG_LEVEL, twice (two
     shared libraries), and a `failed call to cuInit` error line on machines
-    without a GPU. Standard error is captured while TensorFlow loads; every
-    line that is not one of those is written back, and everything is when
-    the import fails. TFATTN_VERBOSE_IMPORT=1 keeps the banner.
+    without a GPU when it first looks for devices. Standard error is
+    captured while TensorFlow loads and lists its devices; every line that
+    is not one of those is written back, and everything is when that fails.
+    TFATTN_VERBOSE_IMPORT=1 keeps the banner.
     """
     if os.environ.get("TFATTN_VERBOSE_IMPORT") == "1":
         import tensorflow  # noqa: F401
@@ -45,7 +46,11 @@ def _import_tensorflow_quietly():
         os.dup2(captured.fileno(), 2)
         failed = True
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow
+            # Finding the devices is where a machine without a GPU logs
+            # `failed call to cuInit`; it does not start the runtime, so
+            # strategies can still be configured afterwards.
+            tensorflow.config.list_physical_devices()
             failed = False
         finally:
             os.dup2(saved, 2)
@@ -61,6 +66,8 @@ def _import_tensorflow_quietly():
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 _import_tensorflow_quietly()
 
+import tensorflow  # noqa: E402
+
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
@@ -71,6 +78,19 @@ from tfattn import distribute  # noqa: E402
 from tfattn import run_dir  # noqa: E402
 from tfattn import training  # noqa: E402
 from tfattn.data import sources  # noqa: E402
+
+
+
+def _drop_tensorflow_info(record):
+    """TensorFlow's own INFO lines (a save's sharding time, a 1,000-character
+    list of a traced function's inputs at export) say nothing to a user."""
+    return (record.levelno > logging.converter.STANDARD_INFO
+            or not record.pathname.startswith(_TENSORFLOW_DIR))
+
+
+_TENSORFLOW_DIR = os.path.dirname(tensorflow.__file__)
+logging.get_absl_handler().addFilter(_drop_tensorflow_info)
+tensorflow.get_logger().setLevel("WARNING")
 
 MODES = ("train", "eval", "export", "all")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")

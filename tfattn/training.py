@@ -74,8 +74,10 @@ from tfattn.run_dir import resolve_hparams
 from tfattn.run_dir import write_text_atomically
 
 MIXED_PRECISION = (None, "mixed_float16", "mixed_bfloat16")
-# Steps timed after the first (compiling) one to project the run's length.
+# Steps timed after the first (compiling) one to project the run's length,
+# or fewer when they take more than TIMING_SECONDS.
 TIMED_STEPS = 10
+TIMING_SECONDS = 20.0
 # A model this large on the numbers task is a set meant for real data.
 LARGE_FOR_NUMBERS = 5_000_000
 SUMMARY_DIRNAME = "train"
@@ -447,10 +449,12 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
             if timed_steps > 0 and at == start_step + 1:
                 flush()  # Waits for the compiling step.
                 timing_start = time.time()
-            elif timed_steps > 0 and at == start_step + 1 + timed_steps:
+            elif timed_steps > 0 and timing_start is not None:
                 flush()
-                _log_projection(time.time() - timing_start, timed_steps, at,
-                                total_steps)
+                timed, seconds = at - start_step - 1, time.time() - timing_start
+                if timed == timed_steps or seconds >= TIMING_SECONDS:
+                    _log_projection(seconds, timed, at, total_steps)
+                    timing_start = None
             if (at % hp.log_every_steps == 0 or at == total_steps
                     or stopping):
                 log(at)

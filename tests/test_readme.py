@@ -1,0 +1,78 @@
+"""The README works as pasted: every Python snippet runs on its own (imports
+included), and `train.py --help` exits 0 without TensorFlow's banner."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(REPO, "README.md")
+# The snippet that loads the run command's export.
+EXPORT = "runs/tiny_numbers/export"
+
+
+def python_snippets():
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+SNIPPETS = python_snippets()
+
+
+def test_the_readme_has_python_snippets():
+    assert len(SNIPPETS) >= 6
+    assert any(EXPORT in s for s in SNIPPETS)
+
+
+@pytest.fixture
+def export_of_the_run_command(tmp_path, monkeypatch):
+    """What the README's run command leaves in runs/tiny_numbers/export,
+    from a small untrained model (the snippet only has to run)."""
+    import tfattn
+    from tfattn import export
+    from tfattn.data import numbers_splits
+    from tfattn.data import train_tokenizer
+
+    pairs = numbers_splits(max_value=300, num_validation=5,
+                           num_test=5)["train"]
+    tokenizer = train_tokenizer([s for pair in pairs for s in pair],
+                                tmp_path / "spm", vocab_size=40,
+                                split_digits=True)
+    model = tfattn.Transformer(tokenizer.vocab_size, num_layers=1,
+                               num_units=16, num_heads=2, ffn_units=32,
+                               max_length=32, seed=0)
+    model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
+    monkeypatch.chdir(tmp_path)
+    export.export_translator(model, tokenizer, EXPORT, beam_size=1,
+                             extra_length=5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(SNIPPETS)))
+def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch,
+                                       request):
+    snippet = SNIPPETS[index]
+    if EXPORT in snippet:
+        request.getfixturevalue("export_of_the_run_command")
+    else:
+        monkeypatch.chdir(tmp_path)
+    # A fresh namespace each: no snippet may lean on another's names.
+    exec(compile(snippet, f"README.md python snippet {index}", "exec"),
+         {"__name__": "__readme__"})
+
+
+@pytest.mark.slow
+def test_help_exits_zero_without_the_tensorflow_banner():
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--hparams" in out.stdout and "--model_dir" in out.stdout
+    for banner in ("oneDNN custom operations", "cuInit", "cuda drivers",
+                   "absl::InitializeLog"):
+        assert banner not in out.stderr + out.stdout
