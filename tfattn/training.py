@@ -42,8 +42,6 @@ hparams on resume) raises before anything is written.
 
 import dataclasses
 import os
-import signal
-import threading
 import time
 from typing import NamedTuple
 
@@ -66,6 +64,9 @@ from tfattn.distribute import num_workers
 from tfattn.distribute import per_replica_batch
 from tfattn.distribute import worker_dir
 from tfattn.models import Transformer
+from tfattn.preemption import NonFiniteLossError
+from tfattn.preemption import StopRequest
+from tfattn.preemption import TrainingPreempted
 from tfattn.run_dir import CHECKPOINT_NAME
 from tfattn.run_dir import build_model
 from tfattn.run_dir import hparams_path
@@ -81,74 +82,6 @@ TIMING_SECONDS = 20.0
 # A model this large on the numbers task is a set meant for real data.
 LARGE_FOR_NUMBERS = 5_000_000
 SUMMARY_DIRNAME = "train"
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN or infinite loss (or weights).
-
-    Attributes:
-        step: int. The step (1-based) whose loss was not finite.
-        last_checkpoint: str or None. The last (good) checkpoint kept.
-    """
-
-    def __init__(self, step, what, last_checkpoint):
-        self.step = step
-        self.last_checkpoint = last_checkpoint
-        kept = (f"The last good checkpoint, {last_checkpoint}, is kept"
-                if last_checkpoint else "No checkpoint had been saved yet")
-        super().__init__(
-            f"Training stopped: non-finite {what} at step {step}. Nothing was "
-            f"saved after it. {kept}. Lower the learning rate (e.g. "
-            "--hparams_overrides=learning_rate_scale=0.5), or use float32 "
-            "when --mixed_precision was on, then resume."
-        )
-
-
-class TrainingPreempted(RuntimeError):
-    """Training stopped on SIGTERM after saving a checkpoint.
-
-    Attributes:
-        step: int. The step training stopped (and saved) at.
-        checkpoint: str or None. The checkpoint saved there.
-    """
-
-    def __init__(self, step, checkpoint):
-        self.step = step
-        self.checkpoint = checkpoint
-        super().__init__(
-            f"Training stopped on SIGTERM at step {step} and saved "
-            f"{checkpoint or 'a checkpoint (on the chief)'}. Run the same "
-            "command again to resume from it.")
-
-
-class _StopRequest:
-    """Sets a flag on SIGTERM while training runs (main thread only).
-
-    The previous handler comes back on exit. Outside the main thread (where
-    Python allows no signal handlers) it only serves as a flag that stays
-    False.
-    """
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def _handle(self, signum, frame):
-        del frame
-        logging.warning("Received signal %d: stopping after this step and "
-                        "saving a checkpoint.", signum)
-        self.requested = True
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
-        return False
 
 
 # ----------------------------------------------------------------------
@@ -438,7 +371,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     # request (a host sync per step); one process reads its own flag.
     shared_stop = num_workers(strategy) > 1
     at = start_step
-    with _StopRequest() as stop_request:
+    with StopRequest() as stop_request:
         while at < total_steps:
             loss, tokens, correct, stop = train_step(
                 iterator, tf.constant(float(stop_request.requested)))
