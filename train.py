@@ -290,6 +290,10 @@ def prepare(directory):
         FLAGS.dataset, FLAGS.source_language, FLAGS.target_language,
         FLAGS.data_dir, FLAGS.manual_dir)
     sources.check_dataset(spec)
+    if spec.kind in ("multi30k", "tfds") and not sys.stderr.isatty():
+        # TFDS's progress bars write cursor-control codes into log files.
+        import tensorflow_datasets as tfds
+        tfds.disable_progress_bar()
     hp = None
     if FLAGS.mode in ("train", "all"):
         hp = run_dir.resolve_hparams(directory, requested_hparams(directory))
