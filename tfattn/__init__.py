@@ -15,11 +15,13 @@ from tfattn import losses  # noqa: E402
 from tfattn import ops  # noqa: E402
 from tfattn import schedules  # noqa: E402
 from tfattn.functional import multihead_attention  # noqa: E402
+from tfattn.layers import Attention  # noqa: E402
 from tfattn.layers import Decoder  # noqa: E402
 from tfattn.layers import DecoderBlock  # noqa: E402
 from tfattn.layers import Encoder  # noqa: E402
 from tfattn.layers import EncoderBlock  # noqa: E402
 from tfattn.layers import FeedForward  # noqa: E402
+from tfattn.layers import HardAttention  # noqa: E402
 from tfattn.layers import MultiHeadAttention  # noqa: E402
 from tfattn.layers import PositionalEncoding  # noqa: E402
 from tfattn.layers import TokenEmbedding  # noqa: E402

@@ -250,3 +250,30 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             "denominator_epsilon": self.denominator_epsilon,
             "dtype": self.dtype,
         }
+
+
+def reinforce_loss(log_prob, reward, baseline=None):
+    """The REINFORCE surrogate loss of a sampled choice (hard attention).
+
+    loss = -mean((reward - baseline) · log_prob), with the reward and the
+    baseline held constant (`stop_gradient`), so that ∇loss is the
+    REINFORCE (score-function) estimate of -∇E[reward]: minimising it
+    raises the expected reward. A baseline (e.g. the mean reward, or a
+    learned value trained on its own loss) leaves the estimate unbiased and
+    cuts its variance.
+
+    Args:
+        log_prob: float tensor [...], log π(choice) of each sampled choice
+            (`HardAttention(..., return_selection=True)`'s log-probability).
+        reward: float tensor broadcastable to `log_prob`.
+        baseline: float tensor broadcastable to `log_prob`, or None (0).
+
+    Returns:
+        A float32 scalar.
+    """
+    log_prob = ops.cast(log_prob, "float32")
+    advantage = ops.cast(reward, "float32")
+    if baseline is not None:
+        advantage = advantage - ops.cast(baseline, "float32")
+    advantage = ops.stop_gradient(advantage)
+    return -ops.mean(advantage * log_prob)

@@ -78,17 +78,43 @@ def scaled_dot_product_attention(
     # Scaling Q (B·T·d values) is cheaper than scaling the scores (B·T_q·T_k).
     query = query * ops.cast(scale, query.dtype)
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
-    scores = ops.cast(scores, "float32")
     if bias is not None:
-        scores = scores + ops.cast(bias, "float32")
-    if mask is not None:
-        scores = ops.where(mask, scores, ops.cast(mask_value, "float32"))
-    weights = ops.softmax(scores, axis=-1)
+        scores = ops.cast(scores, "float32") + ops.cast(bias, "float32")
+    weights = masked_softmax(scores, mask, mask_value)
     if probs_multiplier is not None:
         weights = weights * ops.cast(probs_multiplier, "float32")
     probs = weights if dropout is None else dropout(weights)
     output = ops.matmul(ops.cast(probs, value.dtype), value)
     return output, (weights if return_weights else None)
+
+
+def masked_softmax(scores, mask=None, mask_value=REFERENCE_MASK_VALUE,
+                   fully_masked="uniform"):
+    """Attention weights from scores, in float32: softmax over the last axis
+    (the keys) of the scores with masked entries replaced by `mask_value`.
+
+    Args:
+        scores: float tensor [..., T_q, T_k], any float dtype.
+        mask: bool keep-mask broadcastable to `scores` (True = may attend),
+            or None.
+        mask_value: float. Defaults to the reference's -2**32+1, whose exp
+            is exactly 0 next to any unmasked score.
+        fully_masked: `"uniform"` (the referenced code: a query that may see
+            no key weighs them all 1/T_k) or `"zero"` (Keras 3.15: all-zero
+            weights, so the output is 0).
+
+    Returns:
+        float32 weights of the shape of `scores`.
+    """
+    scores = ops.cast(scores, "float32")
+    if mask is None:
+        return ops.softmax(scores, axis=-1)
+    weights = ops.softmax(
+        ops.where(mask, scores, ops.cast(mask_value, "float32")), axis=-1)
+    if fully_masked == "zero":
+        # Masked keys already weigh exactly 0 unless all of a row's are.
+        weights = ops.where(mask, weights, ops.zeros_like(weights))
+    return weights
 
 
 def _chunk_size(query_chunk_size, query_length, key_length):
