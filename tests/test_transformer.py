@@ -376,6 +376,7 @@ def test_keras_file_round_trip(flavor, normalize_first):
     assert len(loaded.weights) == len(model.weights)
 
 
+@pytest.mark.slow
 def test_generate_compiles_once_per_shape_under_jit():
     # One XLA compilation (several seconds on CPU): beam search, the larger
     # graph; greedy decoding runs the same kind of loop.
@@ -485,3 +486,87 @@ def test_bad_constructor_arguments(kwargs, pattern):
     kwargs.setdefault("source_vocab_size", V)
     with pytest.raises(ValueError, match=pattern):
         tfattn.Transformer(**kwargs)
+
+
+# --------------------------------------------------------------------------
+# Attention weights of every layer and kind (return_attention_scores).
+
+
+def _recorded_attention(model):
+    """Wraps every MultiHeadAttention of `model` to record the weights it
+    computes in a plain forward pass: {(kind, layer): weights}."""
+    recorded = {}
+    pairs = [(("encoder", i), b.self_attention)
+             for i, b in enumerate(model.encoder.blocks)]
+    for i, block in enumerate(model.decoder.blocks):
+        pairs += [(("decoder", i), block.self_attention),
+                  (("cross", i), block.cross_attention)]
+    for key, attention in pairs:
+        original = attention.call
+
+        def call(*args, _original=original, _key=key, **kwargs):
+            kwargs["return_attention_scores"] = True
+            output, weights = _original(*args, **kwargs)
+            recorded[_key] = np.asarray(weights)
+            return output
+
+        attention.call = call
+    return recorded
+
+
+@pytest.mark.parametrize("flavor, normalize_first", SETUPS)
+def test_returned_scores_are_those_of_each_attention_call(flavor,
+                                                          normalize_first):
+    model = _model(flavor, normalize_first)
+    logits, scores = model((SOURCE, TARGET_IN), return_attention_scores=True)
+    np.testing.assert_array_equal(logits, model((SOURCE, TARGET_IN)))
+    assert sorted(scores) == ["cross", "decoder", "encoder"]
+    recorded = _recorded_attention(model)
+    model((SOURCE, TARGET_IN))
+    assert len(recorded) == 3 * N
+    for kind, per_layer in scores.items():
+        assert len(per_layer) == N
+        for i, weights in enumerate(per_layer):
+            assert weights.dtype == tf.float32
+            np.testing.assert_allclose(weights, recorded[(kind, i)],
+                                       atol=1e-7, rtol=0)
+
+
+def test_score_shapes_and_masks():
+    model = _model("paper")
+    _, scores = model((SOURCE, TARGET_IN), return_attention_scores=True)
+    b, s, t = SOURCE.shape[0], SOURCE.shape[1], TARGET_IN.shape[1]
+    real_source = SOURCE != 0
+    for weights in scores["encoder"]:
+        weights = _np(weights)
+        assert weights.shape == (b, H, s, s)
+        assert np.all(weights[~real_source[:, None, None, :].repeat(
+            s, 2).repeat(H, 1)] == 0)
+    for weights in scores["decoder"]:
+        weights = _np(weights)
+        assert weights.shape == (b, H, t, t)
+        assert np.all(np.triu(weights, 1) == 0)  # Causal: nothing above.
+    for weights in scores["cross"]:
+        weights = _np(weights)
+        assert weights.shape == (b, H, t, s)
+        assert np.all(weights[0, :, :, ~real_source[0]] == 0)
+    for per_layer in scores.values():
+        for weights in per_layer:
+            np.testing.assert_allclose(_np(weights).sum(-1), 1.0, atol=1e-5)
+
+
+def test_stacks_and_blocks_return_scores_too():
+    x = np.random.default_rng(0).normal(size=(2, 5, C)).astype("float32")
+    keep = np.array([[True] * 5, [True] * 3 + [False] * 2])
+    encoder = tfattn.Encoder(num_layers=2, num_heads=H, ffn_units=F)
+    out, weights = encoder(x, padding_mask=keep, return_attention_scores=True)
+    np.testing.assert_array_equal(out, encoder(x, padding_mask=keep))
+    assert [tuple(w.shape) for w in weights] == [(2, H, 5, 5)] * 2
+    gpt = tfattn.Decoder(num_layers=2, num_heads=H, ffn_units=F,
+                         use_cross_attention=False)
+    out, weights = gpt(x, return_attention_scores=True)
+    assert sorted(weights) == ["decoder"] and len(weights["decoder"]) == 2
+    block = tfattn.DecoderBlock(num_heads=H, ffn_units=F)
+    out, weights = block(x, x[:, :4], return_attention_scores=True)
+    assert tuple(weights["self"].shape) == (2, H, 5, 5)
+    assert tuple(weights["cross"].shape) == (2, H, 5, 4)

@@ -155,22 +155,35 @@ class BlockBase(keras.layers.Layer):
         setattr(self, f"{prefix}_layer_norm", norm)
         setattr(self, f"{prefix}_dropout", self._dropout(f"{prefix}_dropout"))
 
-    def _attention_sublayer(self, prefix, x, training, **attention_kwargs):
+    def _attention_sublayer(self, prefix, x, training, return_scores=False,
+                            **attention_kwargs):
         """Runs the attention named `prefix` with its residual wiring.
 
-        Returns (x, extra) where extra holds what the attention returned
-        besides its output (an updated cache), or None.
+        Returns (x, scores, cache): the attention weights [B, H, T_q, T_k]
+        when `return_scores` (else None) and the updated cache when a cache
+        was passed (else None).
         """
         attention = getattr(self, prefix)
+        has_cache = attention_kwargs.get("cache") is not None
+
+        def attend(inputs):
+            result = attention(inputs, training=training,
+                               return_attention_scores=return_scores,
+                               **attention_kwargs)
+            result = list(result) if isinstance(result, (tuple, list)) \
+                else [result]
+            output = result.pop(0)
+            scores = result.pop(0) if return_scores else None
+            return output, scores, (result.pop(0) if has_cache else None)
+
         if self.flavor != "paper":
-            result = attention(x, training=training, **attention_kwargs)
-            return _split(result)
+            return attend(x)
         norm = getattr(self, f"{prefix}_layer_norm")
         dropout = getattr(self, f"{prefix}_dropout")
-        inputs = norm(x) if self.normalize_first else x
-        attended, extra = _split(attention(inputs, training=training, **attention_kwargs))
+        attended, scores, cache = attend(norm(x) if self.normalize_first
+                                         else x)
         x = x + dropout(attended, training=training)
-        return (x if self.normalize_first else norm(x)), extra
+        return (x if self.normalize_first else norm(x)), scores, cache
 
     def _feed_forward_sublayer(self, x, training):
         if self.flavor != "paper":
@@ -196,9 +209,3 @@ class BlockBase(keras.layers.Layer):
             seed=self.seed,
         )
         return config
-
-
-def _split(result):
-    if isinstance(result, (tuple, list)):
-        return result[0], result[1]
-    return result, None

@@ -28,8 +28,14 @@ class Decoder(Encoder):
         cache: list of per-block caches from `init_cache`, or None.
         cache_index: scalar int tensor, the position of `x`'s first token.
 
+    With `return_attention_scores=True` the call also returns the weights
+    of every block: `{"decoder": [...], "cross": [...]}` (block 0 first;
+    masked self-attention [B, H, T, T], cross-attention [B, H, T, S]; no
+    "cross" without cross-attention).
+
     Returns:
-        [B, T, C], or `(output, cache)` with a cache.
+        [B, T, C]; then the weights if asked; then the cache if one was
+        passed.
     """
 
     _context = "Decoder"
@@ -65,24 +71,38 @@ class Decoder(Encoder):
         training=None,
         cache=None,
         cache_index=None,
+        return_attention_scores=False,
     ):
         if cache is not None:
             self._check_cache(cache)
         new_cache = []
+        scores = {"decoder": []}
+        if self.use_cross_attention:
+            scores["cross"] = []
         for i, block in enumerate(self.blocks):
             result = block(
                 x, memory=memory, padding_mask=padding_mask,
                 memory_padding_mask=memory_padding_mask, training=training,
                 cache=None if cache is None else cache[i], cache_index=cache_index,
+                return_attention_scores=return_attention_scores,
             )
-            if cache is None:
-                x = result
-            else:
-                x, block_cache = result
-                new_cache.append(block_cache)
+            result = list(result) if isinstance(result, tuple) else [result]
+            x = result.pop(0)
+            if return_attention_scores:
+                block_scores = result.pop(0)
+                scores["decoder"].append(block_scores["self"])
+                if self.use_cross_attention:
+                    scores["cross"].append(block_scores["cross"])
+            if cache is not None:
+                new_cache.append(result.pop(0))
         if self.normalize_first:
             x = self.final_layer_norm(x)
-        return x if cache is None else (x, new_cache)
+        results = (x,)
+        if return_attention_scores:
+            results += (scores,)
+        if cache is not None:
+            results += (new_cache,)
+        return results[0] if len(results) == 1 else results
 
     def init_cache(self, batch_size, max_length, memory=None, memory_padding_mask=None):
         """One cache per block (see `DecoderBlock.init_cache`), as a list."""

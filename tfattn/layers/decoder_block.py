@@ -35,9 +35,14 @@ class DecoderBlock(BlockBase):
         cache: dict from `init_cache`, or None. Then `x` holds the tokens at
             positions `cache_index ...`, usually one.
         cache_index: scalar int tensor, the position of `x`'s first token.
+        return_attention_scores: bool. Also return the weights, a dict:
+            "self" (masked self-attention, float32 [B, H, T, T_cache or T])
+            and, with cross-attention, "cross" ([B, H, T, S]).
 
     Returns:
-        [B, T, C], or `(output, cache)` with a cache.
+        [B, T, C]; then the weights if asked; then the cache if one was
+        passed: `(output, weights)`, `(output, cache)` or
+        `(output, weights, cache)`.
     """
 
     _context = "DecoderBlock"
@@ -67,13 +72,16 @@ class DecoderBlock(BlockBase):
         training=None,
         cache=None,
         cache_index=None,
+        return_attention_scores=False,
     ):
         self._check_call(x, memory, cache, cache_index)
         if padding_mask is None:
             padding_mask = masking.implicit_mask(x)
         self_cache = None if cache is None else cache["self"]
-        x, self_cache = self._attention_sublayer(
-            "self_attention", x, training, padding_mask=padding_mask,
+        scores = {}
+        x, scores["self"], self_cache = self._attention_sublayer(
+            "self_attention", x, training,
+            return_scores=return_attention_scores, padding_mask=padding_mask,
             cache=self_cache, cache_index=cache_index,
         )
         if self.use_cross_attention:
@@ -83,12 +91,16 @@ class DecoderBlock(BlockBase):
                 if memory_padding_mask is None:
                     memory_padding_mask = masking.implicit_mask(memory)
                 cross = dict(keys=memory, padding_mask=memory_padding_mask)
-            x, _ = self._attention_sublayer("cross_attention", x, training, **cross)
+            x, scores["cross"], _ = self._attention_sublayer(
+                "cross_attention", x, training,
+                return_scores=return_attention_scores, **cross)
         x = self._feed_forward_sublayer(x, training)
-        if cache is None:
-            return x
-        new_cache = dict(cache, self=self_cache)
-        return x, new_cache
+        results = (x,)
+        if return_attention_scores:
+            results += (scores,)
+        if cache is not None:
+            results += (dict(cache, self=self_cache),)
+        return results[0] if len(results) == 1 else results
 
     def init_cache(self, batch_size, max_length, memory=None, memory_padding_mask=None):
         """A cache for decoding up to `max_length` positions.

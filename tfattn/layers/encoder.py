@@ -24,8 +24,12 @@ class Encoder(BlockBase):
         padding_mask: bool [B, T], True = real token, or None.
         training: bool.
 
+    With `return_attention_scores=True` the call also returns the
+    self-attention weights of every block: a list (block 0 first) of float32
+    [B, H, T, T].
+
     Returns:
-        [B, T, C].
+        [B, T, C], or `(output, weights)`.
     """
 
     _context = "Encoder"
@@ -53,12 +57,18 @@ class Encoder(BlockBase):
             self.final_layer_norm.build(x_shape)
         self.built = True
 
-    def call(self, x, padding_mask=None, training=None):
+    def call(self, x, padding_mask=None, training=None,
+             return_attention_scores=False):
+        scores = []
         for block in self.blocks:
-            x = block(x, padding_mask=padding_mask, training=training)
+            x = block(x, padding_mask=padding_mask, training=training,
+                      return_attention_scores=return_attention_scores)
+            if return_attention_scores:
+                x, block_scores = x
+                scores.append(block_scores)
         if self.normalize_first:
             x = self.final_layer_norm(x)
-        return x
+        return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, x_shape):
         return x_shape

@@ -40,9 +40,11 @@ class EncoderBlock(BlockBase):
             None for the input's Keras mask. `reference_2017` finds padding
             from zero rows instead, as the reference does; pass None there.
         training: bool.
+        return_attention_scores: bool. Also return the self-attention
+            weights, float32 [B, H, T, T].
 
     Returns:
-        [B, T, C].
+        [B, T, C], or `(output, weights)`.
     """
 
     _context = "EncoderBlock"
@@ -54,13 +56,16 @@ class EncoderBlock(BlockBase):
         self._build_feed_forward(x_shape)
         self.built = True
 
-    def call(self, x, padding_mask=None, training=None):
+    def call(self, x, padding_mask=None, training=None,
+             return_attention_scores=False):
         if padding_mask is None:
             padding_mask = masking.implicit_mask(x)
-        x, _ = self._attention_sublayer(
-            "self_attention", x, training, padding_mask=padding_mask
+        x, scores, _ = self._attention_sublayer(
+            "self_attention", x, training,
+            return_scores=return_attention_scores, padding_mask=padding_mask
         )
-        return self._feed_forward_sublayer(x, training)
+        x = self._feed_forward_sublayer(x, training)
+        return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, x_shape):
         return x_shape

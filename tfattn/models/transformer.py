@@ -204,31 +204,59 @@ class Transformer(keras.Model):
             self.output_dense.build(target_x)
         self.built = True
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, return_attention_scores=False):
+        """`{"source", "target_in"}` (or a pair) -> logits [B, T, V].
+
+        With `return_attention_scores=True`: `(logits, scores)`, where
+        `scores` is `{"encoder": [...], "decoder": [...], "cross": [...]}`,
+        one float32 [B, H, T_q, T_k] tensor per layer (layer 0 first): the
+        encoder's self-attention [B, H, S, S], the decoder's masked
+        self-attention [B, H, T, T] and the encoder-decoder attention
+        [B, H, T, S]. They are the weights of this same forward pass.
+        """
         source, target_in = _pair(inputs, "inputs")
         self._check_ids("source", source)
         self._check_ids("target_in", target_in)
         _check_same_batch(source, target_in)
-        memory, source_keep = self.encode(source, training=training)
-        return self.decode(target_in, memory, source_keep, training=training)
+        encoded = self.encode(source, training=training,
+                              return_attention_scores=return_attention_scores)
+        decoded = self.decode(target_in, encoded[0], encoded[1],
+                              training=training,
+                              return_attention_scores=return_attention_scores)
+        if not return_attention_scores:
+            return decoded
+        logits, scores = decoded
+        return logits, dict(encoder=encoded[2], **scores)
 
-    def encode(self, source, training=None):
-        """Source ids [B, S] -> (memory [B, S, C], source keep-mask [B, S])."""
+    def encode(self, source, training=None, return_attention_scores=False):
+        """Source ids [B, S] -> (memory [B, S, C], source keep-mask [B, S]),
+        and the encoder's weights (a list) with `return_attention_scores`."""
         self._check_ids("source", source)
         keep = masking.padding_mask(source)
         x = self._embed(self.source_embedding, self.source_positions, source, training)
-        memory = self.encoder(x, padding_mask=self._stack_mask(keep), training=training)
+        memory = self.encoder(x, padding_mask=self._stack_mask(keep), training=training,
+                              return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            memory, scores = memory
+            return memory, keep, scores
         return memory, keep
 
-    def decode(self, target_in, memory, source_keep, training=None):
-        """Target input ids [B, T] and the encoder's output -> logits [B, T, V]."""
+    def decode(self, target_in, memory, source_keep, training=None,
+               return_attention_scores=False):
+        """Target input ids [B, T] and the encoder's output -> logits [B, T, V],
+        and `{"decoder": [...], "cross": [...]}` with
+        `return_attention_scores`."""
         self._check_ids("target_in", target_in)
         keep = masking.padding_mask(target_in)
         x = self._embed(self.target_embedding, self.target_positions, target_in, training)
         x = self.decoder(
             x, memory, padding_mask=self._stack_mask(keep),
             memory_padding_mask=self._stack_mask(source_keep), training=training,
+            return_attention_scores=return_attention_scores,
         )
+        if return_attention_scores:
+            x, scores = x
+            return self._logits(x), scores
         return self._logits(x)
 
     def _embed(self, embedding, positions, ids, training, start_index=0):
