@@ -95,6 +95,8 @@ tensorflow.get_logger().setLevel("WARNING")
 MODES = ("train", "eval", "export", "all")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 DEFAULT_RUNS_DIR = "runs"
+# Validation sentences whose attention eval draws into TensorBoard.
+ATTENTION_SENTENCES = 2
 
 # Hyperparameters.
 flags.DEFINE_string(
@@ -354,7 +356,38 @@ def run_eval(spec, directory):
     if "bleu_tokenized_lowercased" in metrics:
         print("Tokenised, lowercased BLEU: "
               f"{metrics['bleu_tokenized_lowercased']:.2f}")
+    attention_images(model, tokenizer, spec, directory, decoding, pairs)
     return metrics
+
+
+def attention_images(model, tokenizer, spec, directory, decoding, pairs):
+    """TensorBoard images (MODEL_DIR/eval) of the attention of the first
+    validation sentences (test ones when there is no validation split)."""
+    import time
+
+    import tensorflow as tf
+
+    from tfattn import visualize
+    try:
+        visualize.plot.require_matplotlib()
+    except ImportError as error:
+        logging.info("No attention images for TensorBoard: %s", error)
+        return 0
+    try:
+        shown = sources.load_pairs(spec, "validation",
+                                   limit=ATTENTION_SENTENCES)
+    except (FileNotFoundError, ValueError):
+        shown = pairs[:ATTENTION_SENTENCES]
+    checkpoint = tf.train.latest_checkpoint(directory)
+    step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+    started = time.time()
+    count = visualize.write_attention_summaries(
+        model, tokenizer, [source for source, _ in shown if source.strip()],
+        os.path.join(directory, "eval"), step, decoding)
+    logging.info("Wrote %d attention images to TensorBoard (%s) in %.1f s.",
+                 count, os.path.join(directory, "eval"),
+                 time.time() - started)
+    return count
 
 
 def run_export(directory):

@@ -21,6 +21,10 @@ out = translator.signatures["serving_default"](
 out["translations"], out["scores"]
 ```
 
+A second signature, `attention`, returns the translations with their
+pieces and the attention weights of every layer and head (see
+`Translator.attention`), so that a served model can be inspected too.
+
 The export directory also holds `model.keras` (the Keras model, for
 fine-tuning or Python-side decoding) and `spm.model` (its vocabulary).
 
@@ -39,6 +43,8 @@ import uuid
 
 import tensorflow as tf
 
+from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
 from tfattn.translate import decode_lengths
 from tfattn.translate import encode_for_translation
@@ -51,6 +57,7 @@ _CONTEXT = "export_translator"
 KERAS_FILENAME = "model.keras"
 VOCAB_FILENAME = "spm.model"
 SIGNATURE_KEY = "serving_default"
+ATTENTION_SIGNATURE_KEY = "attention"
 
 
 class Translator(tf.Module):
@@ -108,10 +115,13 @@ class Translator(tf.Module):
         self._model = model
 
     def trace(self):
-        """Traces `translate`; returns its concrete function for saving."""
+        """Traces `translate` and `attention`; returns their concrete
+        functions (the signatures to save), by signature key."""
         concrete = self.translate.get_concrete_function()
         self.model_variables = list(concrete.variables)
-        return concrete
+        return {SIGNATURE_KEY: concrete,
+                ATTENTION_SIGNATURE_KEY:
+                    self.attention.get_concrete_function()}
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="sentences")
@@ -129,6 +139,38 @@ class Translator(tf.Module):
             "translations": self.tokenizer.detokenize(ids),
             "scores": tf.cast(scores, tf.float32),
         }
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="sentences")
+    ])
+    def attention(self, sentences):
+        """`[B]` strings -> the translations and the attention of the forward
+        pass over them: `translations` [B], `source_tokens` [B, S] and
+        `target_tokens` [B, T] (pieces; "" past a row's end), and
+        `encoder` [layers, B, H, S, S], `decoder` [layers, B, H, T, T],
+        `cross` [layers, B, H, T, S] (float32)."""
+        source = encode_for_translation(
+            self.tokenizer, sentences, self._max_source_length
+        )
+        ids, _ = self.model.generate(
+            source, beam_size=self._beam_size, alpha=self._alpha,
+            max_length=self._max_length, extra_length=self._extra_length,
+        )
+        # The decoder reads BOS then the output: its query t emitted ids[t].
+        target_in = tf.concat(
+            [tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
+        _, scores = self.model((source, target_in),
+                               return_attention_scores=True)
+
+        def pieces(token_ids):
+            text = self.tokenizer.id_to_string(token_ids)
+            return tf.where(tf.equal(token_ids, PAD_ID), "", text)
+
+        outputs = {kind: tf.stack(scores[kind]) for kind in scores}
+        outputs.update(translations=self.tokenizer.detokenize(ids),
+                       source_tokens=pieces(source),
+                       target_tokens=pieces(ids))
+        return outputs
 
 
 def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
@@ -264,9 +306,7 @@ def _refuse_existing(path, overwrite):
 
 
 def _save_saved_model(translator, directory):
-    signature = translator.trace()
-    tf.saved_model.save(translator, directory,
-                        signatures={SIGNATURE_KEY: signature})
+    tf.saved_model.save(translator, directory, signatures=translator.trace())
 
 
 def _save_keras(model, path):

@@ -159,6 +159,10 @@ class SubwordTokenizer(tf.Module):
         text = self._sp.detokenize(ragged)
         return text[0] if single else text
 
+    def id_to_string(self, ids):
+        """Piece ids to their piece strings, in-graph (any shape)."""
+        return self._sp.id_to_string(ids)
+
     def id_to_piece(self, token_id):
         """The piece string of one id (Python, not in-graph)."""
         return self._processor.id_to_piece(int(token_id))

@@ -1,0 +1,117 @@
+"""Attention maps of a trained `Transformer` for a sentence, and TensorBoard
+images of them.
+
+Shapes: S = source pieces (EOS included), T = output pieces (EOS included
+when the model emitted it), H = heads.
+"""
+
+import io
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import EOS_ID
+from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.translate import decode_lengths
+from tfattn.translate import encode_for_translation
+from tfattn.translate import model_proto_of
+from tfattn.validation import invalid_argument
+from tfattn.visualize.plot import plot_attention
+
+KINDS = ("encoder", "decoder", "cross")
+
+
+class AttentionMaps(NamedTuple):
+    """What `attention_maps` returns.
+
+    Attributes:
+        source_tokens: list of S str, the source pieces.
+        target_tokens: list of T str, the output pieces; query t of the
+            decoder is the position that emitted piece t.
+        translation: str, the detokenised output.
+        scores: {"encoder": [H, S, S] per layer, "decoder": [H, T, T],
+            "cross": [H, T, S]}: lists of float32 NumPy arrays, layer 0
+            first.
+    """
+
+    source_tokens: list
+    target_tokens: list
+    translation: str
+    scores: dict
+
+
+def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
+                   extra_length=50):
+    """Translates `text` and returns the attention of a forward pass over the
+    translation (the teacher-forced pass that reproduces it).
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: its `SubwordTokenizer` (or the SentencePiece model bytes).
+        text: str, one source sentence.
+        beam_size, alpha, extra_length: the search, as the run's hparams
+            say (`config.decoding_kwargs(hp)`).
+
+    Returns:
+        An `AttentionMaps`.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise invalid_argument("text", "a non-empty sentence", text,
+                               "attention_maps")
+    tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    max_source_length, max_length = decode_lengths(model, extra_length)
+    source = encode_for_translation(tokenizer, tf.constant([text]),
+                                    max_source_length)
+    ids, _ = model.generate(source, beam_size=beam_size, alpha=alpha,
+                            max_length=max_length, extra_length=extra_length)
+    output = [int(i) for i in np.asarray(ids)[0] if i != 0]
+    if EOS_ID in output:
+        output = output[:output.index(EOS_ID) + 1]
+    target_in = np.array([[BOS_ID] + output[:-1]], np.int32)
+    _, scores = model((source, target_in), return_attention_scores=True)
+    return AttentionMaps(
+        source_tokens=[tokenizer.id_to_piece(i) for i in np.asarray(source)[0]],
+        target_tokens=[tokenizer.id_to_piece(i) for i in output],
+        translation=tokenizer.detokenize(
+            tf.constant(output or [EOS_ID], tf.int32)).numpy().decode("utf-8"),
+        scores={kind: [np.asarray(w)[0] for w in scores[kind]]
+                for kind in KINDS if kind in scores},
+    )
+
+
+def query_and_key_tokens(maps, kind):
+    """(query tokens, key tokens) of one attention kind."""
+    source, target = maps.source_tokens, maps.target_tokens
+    return {"encoder": (source, source), "decoder": (target, target),
+            "cross": (target, source)}[kind]
+
+
+def write_attention_summaries(model, tokenizer, texts, log_dir, step,
+                              decoding=None, kinds=("encoder", "cross")):
+    """TensorBoard images (`tf.summary.image`) of the last layer's attention,
+    all heads, of each kind in `kinds`, for each sentence of `texts`.
+
+    Tags: `attention/{kind}/sentence_{i}`. Returns the number of images.
+    """
+    decoding = decoding or {}
+    writer = tf.summary.create_file_writer(str(log_dir))
+    count = 0
+    with writer.as_default(step=int(step)):
+        for index, text in enumerate(texts):
+            maps = attention_maps(model, tokenizer, text, **decoding)
+            for kind in kinds:
+                queries, keys = query_and_key_tokens(maps, kind)
+                figure = plot_attention(
+                    maps.scores[kind][-1], queries, keys,
+                    title=f"{kind}, last layer: {text[:60]}")
+                buffer = io.BytesIO()
+                figure.savefig(buffer, format="png", dpi=80)
+                image = tf.image.decode_png(buffer.getvalue(), channels=3)
+                tf.summary.image(f"attention/{kind}/sentence_{index}",
+                                 image[None], max_outputs=1)
+                count += 1
+    writer.flush()
+    writer.close()
+    return count

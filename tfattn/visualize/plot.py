@@ -1,0 +1,97 @@
+"""`plot_attention`: attention weights as labelled heatmaps (matplotlib)."""
+
+import math
+import os
+import uuid
+
+import numpy as np
+
+from tfattn.validation import invalid_argument
+
+_CONTEXT = "plot_attention"
+
+
+def require_matplotlib():
+    """Imports matplotlib's object-oriented API (no pyplot, no display)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(
+            "tfattn.visualize draws with matplotlib, which is not installed: "
+            'pip install "tfattn[viz]" (or pip install matplotlib).') from None
+    return Figure, FigureCanvasAgg
+
+
+def _tokens(name, tokens, count):
+    if isinstance(tokens, (str, bytes)) or not all(
+            isinstance(t, str) for t in tokens):
+        raise invalid_argument(name, "a list of str", tokens, _CONTEXT)
+    if len(tokens) != count:
+        raise invalid_argument(
+            name, f"{count} tokens (the weights' length on that axis)",
+            f"<{len(tokens)} tokens>", _CONTEXT)
+    return list(tokens)
+
+
+def plot_attention(weights, query_tokens, key_tokens, path=None, title=None):
+    """Draws attention weights with token labels on both axes.
+
+    Args:
+        weights: [T_q, T_k] (one map) or [H, T_q, T_k] (one panel per head,
+            in a grid of up to 4 columns): NumPy array or tensor.
+        query_tokens: list of T_q str, the rows' labels (who attends).
+        key_tokens: list of T_k str, the columns' labels (attended to).
+        path: str or None. Where to write a PNG (atomically).
+        title: str or None.
+
+    Returns:
+        The `matplotlib.figure.Figure`.
+
+    Raises:
+        ValueError: weights of another rank, or token lists whose lengths do
+            not match the weights' shape.
+        ImportError: matplotlib is missing (install the `viz` extra).
+    """
+    weights = np.asarray(weights, dtype=np.float32)
+    if weights.ndim == 2:
+        weights = weights[None]
+    if weights.ndim != 3:
+        raise invalid_argument("weights", "an array [T_q, T_k] or "
+                               "[H, T_q, T_k]", f"<array of shape "
+                               f"{weights.shape}>", _CONTEXT)
+    heads, t_q, t_k = weights.shape
+    query_tokens = _tokens("query_tokens", query_tokens, t_q)
+    key_tokens = _tokens("key_tokens", key_tokens, t_k)
+    figure_cls, canvas_cls = require_matplotlib()
+    columns = min(heads, 4)
+    rows = math.ceil(heads / columns)
+    cell = 0.32  # Inches per token.
+    width = columns * (1.2 + cell * t_k)
+    height = rows * (1.2 + cell * t_q) + (0.4 if title else 0.0)
+    figure = figure_cls(figsize=(max(width, 3.0), max(height, 2.5)))
+    canvas_cls(figure)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    for index, ax in enumerate(axes.flat):
+        if index >= heads:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[index], cmap="viridis", vmin=0.0, vmax=1.0,
+                  aspect="equal")
+        ax.set_xticks(range(t_k), key_tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(t_q), query_tokens, fontsize=7)
+        if heads > 1:
+            ax.set_title(f"head {index}", fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    if path is not None:
+        path = os.fspath(path)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}.png"
+        try:
+            figure.savefig(tmp, dpi=100)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return figure
