@@ -7,8 +7,13 @@ It checks, for one layer configuration:
 - a symbolic call on `keras.Input`s and an eager call agree on the output
   shape, and the trainable-weight count is as expected;
 - one `fit` step runs and changes the trainable weights;
-- a model holding the layer saves to `.keras` and reloads with identical
-  outputs.
+- with `run_saving=True`, a model holding the layer saves to `.keras` and
+  reloads with identical outputs.
+
+Saving costs a `.keras` write, a reload and two more traced predictions, so
+it is opt-in: each layer class has one dedicated saving test that calls
+`assert_keras_file_round_trip` on every configuration of its layer-contract
+tests (as keras-hub keeps one saving test per layer).
 """
 
 import json
@@ -51,6 +56,7 @@ def run_layer_test(
     expected_num_trainable_weights=None,
     call_kwargs=None,
     run_fit=True,
+    run_saving=False,
     atol=1e-6,
 ):
     """Runs the serialization, call, training and saving checks on a layer.
@@ -63,6 +69,8 @@ def run_layer_test(
         expected_num_trainable_weights: int or None.
         call_kwargs: dict of extra (non-tensor) call arguments.
         run_fit: bool. Run one `fit` step on an MSE loss.
+        run_saving: bool. Save the (fitted) model to `.keras`, reload it and
+            compare the predictions.
         atol: float. Tolerance of the `.keras` reload comparison.
 
     Returns:
@@ -101,15 +109,53 @@ def run_layer_test(
             for a, w in zip(start, model.trainable_weights)
         ]
         assert any(moved), "one fit step changed no trainable weight"
-        before = model.predict(inputs, verbose=0)
+        if run_saving:
+            before = model.predict(inputs, verbose=0)
 
+    if run_saving:
+        reloaded = _save_and_reload(model)
+        after = reloaded.predict(inputs, verbose=0)
+        np.testing.assert_allclose(after, before, atol=atol)
+    return eager
+
+
+def _save_and_reload(model):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.keras")
         model.save(path)
-        reloaded = keras.saving.load_model(path)
-    after = reloaded.predict(inputs, verbose=0)
+        return keras.saving.load_model(path)
+
+
+def assert_keras_file_round_trip(layer_cls, init_kwargs, input_data,
+                                 call_kwargs=None, atol=1e-6, seed=1):
+    """A model holding the layer saves to `.keras` and reloads with
+    identical outputs.
+
+    The float weights are first set to random values, so a
+    reload that re-initialised them (from the same seeded initializers)
+    instead of reading them from the file would give other outputs. Both
+    models run eagerly in inference mode.
+    """
+    call_kwargs = call_kwargs or {}
+    inputs = [np.asarray(x) for x in _as_list(input_data)]
+    symbolic_inputs = [
+        keras.Input(batch_shape=(None,) + x.shape[1:], dtype=str(x.dtype))
+        for x in inputs
+    ]
+    layer = layer_cls(**init_kwargs)
+    model = keras.Model(symbolic_inputs, layer(*symbolic_inputs, **call_kwargs))
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        if "float" in str(w.dtype):  # not a dropout seed generator's state
+            w.assign(0.5 * rng.normal(size=w.shape).astype(str(w.dtype)))
+    before = keras.ops.convert_to_numpy(model(inputs, training=False))
+    reloaded = _save_and_reload(model)
+    assert type(reloaded.layers[-1]) is layer_cls
+    assert len(reloaded.weights) == len(model.weights)
+    for saved, loaded in zip(model.weights, reloaded.weights):
+        np.testing.assert_array_equal(loaded.numpy(), saved.numpy())
+    after = keras.ops.convert_to_numpy(reloaded(inputs, training=False))
     np.testing.assert_allclose(after, before, atol=atol)
-    return eager
 
 
 # --------------------------------------------------------------------------

@@ -151,6 +151,7 @@ def test_keras_implicit_key_mask_is_read():
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_layer_contract_and_keras_file():
     q, k, v = _inputs("additive", 2, True)
     run_layer_test(

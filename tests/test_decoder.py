@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import tfattn
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tests.test_decoder_block import keras_hub_decoder
 from tests.harness import randomize_weights as _randomize
 
@@ -50,13 +51,18 @@ def _decoder(flavor, normalize_first=False, cross=True, num_layers=N, width=C):
     decoder(x, _inputs(1, S, width)) if cross else decoder(x)
     _randomize(decoder)
     return decoder
+# The fast tier runs the contract of the first setup; the others are slow
+# (about a second each: a traced predict and a fit step).
+CONTRACT_SETUPS = [SETUPS[0]] + [
+    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
+
 
 
 # --------------------------------------------------------------------------
 # Layer contract.
 
 
-@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+@pytest.mark.parametrize("flavor,normalize_first", CONTRACT_SETUPS)
 def test_layer_contract(flavor, normalize_first):
     per_block = 26 if flavor == "paper" else 22
     # Two blocks where the stack adds the most (pre-norm: a final LN), one
@@ -81,6 +87,24 @@ def test_layer_contract_gpt_style():
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=16 + 2,
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for flavor, normalize_first in SETUPS:
+        n = 2 if normalize_first else 1
+        assert_keras_file_round_trip(
+            tfattn.Decoder,
+            dict(num_layers=n, num_heads=H, ffn_units=F, flavor=flavor,
+                 normalize_first=normalize_first, dropout_rate=0.1, seed=4),
+            [_inputs(), _memory(zero_rows=flavor == "reference_2017")])
+    assert_keras_file_round_trip(
+        tfattn.Decoder,
+        dict(num_layers=1, num_heads=H, ffn_units=F, normalize_first=True,
+             use_cross_attention=False),
+        _inputs())
 
 
 def test_blocks_share_the_stack_arguments():
@@ -177,6 +201,7 @@ def test_cached_steps_under_tf_function_trace_once():
     assert step.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.slow
 def test_gpt_style_decoder_trains():
     """Token embedding + positions + Decoder(use_cross_attention=False) +
     Dense, trained on next-token prediction (a causal language model)."""

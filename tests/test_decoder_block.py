@@ -14,6 +14,7 @@ import tfattn
 from tests import reference_numpy as ref
 from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tests.harness import randomize_weights as _randomize
 from tests.harness import dense_params as _dense
 from tests.harness import norm_params as _ln
@@ -55,13 +56,18 @@ def _block(flavor, normalize_first=False, cross=True, **kwargs):
     block(_inputs(), _memory()) if cross else block(_inputs())
     _randomize(block)
     return block
+# The fast tier runs the contract of the first setup; the others are slow
+# (about a second each: a traced predict and a fit step).
+CONTRACT_SETUPS = [SETUPS[0]] + [
+    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
+
 
 
 # --------------------------------------------------------------------------
 # Layer contract.
 
 
-@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+@pytest.mark.parametrize("flavor,normalize_first", CONTRACT_SETUPS)
 def test_layer_contract_with_cross_attention(flavor, normalize_first):
     # paper: 2 attentions x 8 + 3 LN x 2 + FF 4 = 26; reference: 2 x 8 + 4 + 2 = 22.
     run_layer_test(
@@ -84,6 +90,23 @@ def test_layer_contract_gpt_style(flavor, normalize_first):
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=16 if flavor == "paper" else 14,
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for flavor, normalize_first in SETUPS:
+        assert_keras_file_round_trip(
+            tfattn.DecoderBlock,
+            dict(num_heads=H, ffn_units=F, flavor=flavor,
+                 normalize_first=normalize_first, dropout_rate=0.1, seed=2),
+            [_inputs(), _memory(zero_rows=flavor == "reference_2017")])
+    assert_keras_file_round_trip(
+        tfattn.DecoderBlock,
+        dict(num_heads=H, ffn_units=F, flavor="reference_2019",
+             normalize_first=False, use_cross_attention=False),
+        _inputs())
 
 
 # --------------------------------------------------------------------------

@@ -268,10 +268,9 @@ def run_in_mode(fn, mode):
     return tf.function(fn, jit_compile=(mode == "jit"))()
 
 
-MODES = ["eager", "graph", "jit"]
 
-
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [
+    "eager", pytest.param("graph", marks=pytest.mark.slow), "jit"])
 def test_greedy_early_stop_and_padding(mode):
     calls = tf.Variable(0, dtype=tf.int32)
     step_fn, cache = eos_at_model([0, 2], 8, calls)
@@ -286,7 +285,9 @@ def test_greedy_early_stop_and_padding(mode):
     assert np.all(scores.numpy() <= 0.0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [
+    "eager", pytest.param("graph", marks=pytest.mark.slow),
+    pytest.param("jit", marks=pytest.mark.slow)])
 def test_beam_early_stop_and_padding(mode):
     calls = tf.Variable(0, dtype=tf.int32)
     step_fn, cache = eos_at_model([0, 2], 8, calls)

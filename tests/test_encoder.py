@@ -14,6 +14,7 @@ from keras import ops
 import tfattn
 from tests import reference_numpy as ref
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tests.test_encoder_block import keras_hub_encoder
 from tests.harness import randomize_weights as _randomize
 from tests.harness import dense_params as _dense
@@ -50,13 +51,18 @@ def _encoder(flavor, normalize_first=False, num_layers=N, **kwargs):
     encoder(_inputs())
     _randomize(encoder)
     return encoder
+# The fast tier runs the contract of the first setup; the others are slow
+# (about a second each: a traced predict and a fit step).
+CONTRACT_SETUPS = [SETUPS[0]] + [
+    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
+
 
 
 # --------------------------------------------------------------------------
 # Layer contract.
 
 
-@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+@pytest.mark.parametrize("flavor,normalize_first", CONTRACT_SETUPS)
 def test_layer_contract(flavor, normalize_first):
     # Per block 16 (paper) or 14 (reference) weights; pre-norm adds the
     # final layer norm's gamma and beta.
@@ -72,6 +78,19 @@ def test_layer_contract(flavor, normalize_first):
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=n * per_block + 2 * normalize_first,
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for flavor, normalize_first in SETUPS:
+        n = 2 if normalize_first else 1
+        assert_keras_file_round_trip(
+            tfattn.Encoder,
+            dict(num_layers=n, num_heads=H, ffn_units=F, flavor=flavor,
+                 normalize_first=normalize_first, dropout_rate=0.1, seed=4),
+            _inputs(zero_rows=flavor == "reference_2017"))
 
 
 def test_blocks_share_the_stack_arguments():
@@ -172,6 +191,7 @@ def test_padding_does_not_change_real_positions(flavor, normalize_first):
     np.testing.assert_allclose(got, encoder(x), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_bert_style_encoder_trains():
     """Token embedding + positions + Encoder + Dense, on a task that needs
     both directions (output position t = input token at T-1-t)."""

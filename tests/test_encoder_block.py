@@ -14,6 +14,7 @@ import tfattn
 from tests import reference_numpy as ref
 from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tests.harness import randomize_weights as _randomize
 from tests.harness import dense_params as _dense
 from tests.harness import norm_params as _ln
@@ -51,13 +52,18 @@ def _block(flavor, normalize_first=False, x=None, **kwargs):
     block(_inputs() if x is None else x)
     _randomize(block)
     return block
+# The fast tier runs the contract of the first setup; the others are slow
+# (about a second each: a traced predict and a fit step).
+CONTRACT_SETUPS = [SETUPS[0]] + [
+    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
+
 
 
 # --------------------------------------------------------------------------
 # Layer contract.
 
 
-@pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+@pytest.mark.parametrize("flavor,normalize_first", CONTRACT_SETUPS)
 def test_layer_contract(flavor, normalize_first):
     # paper: attention 4 Dense (8) + 2 LN (4) + FF 2 Dense (4) = 16;
     # reference: attention 3 Dense + its LN (8) + FF (4) + FF LN (2) = 14.
@@ -78,6 +84,22 @@ def test_layer_contract_with_padding_mask_input():
         [_inputs(), _keep()],
         expected_output_shape=(B, T, C),
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for flavor, normalize_first in SETUPS:
+        assert_keras_file_round_trip(
+            tfattn.EncoderBlock,
+            dict(num_heads=H, ffn_units=F, flavor=flavor,
+                 normalize_first=normalize_first, dropout_rate=0.1, seed=2),
+            _inputs(zero_rows=flavor == "reference_2017"))
+    assert_keras_file_round_trip(
+        tfattn.EncoderBlock,
+        dict(num_heads=H, ffn_units=F, flavor="reference_2019"),
+        [_inputs(), _keep()])
 
 
 # --------------------------------------------------------------------------

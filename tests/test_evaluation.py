@@ -110,7 +110,8 @@ def test_multi30k_tokenize(text, language, want):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", ["train", "val", "test_2016_flickr"])
+@pytest.mark.parametrize("stem", [
+    pytest.param("train", marks=pytest.mark.slow), "val", "test_2016_flickr"])
 def test_multi30k_tokenize_reproduces_tok_files(stem):
     """Raw lines -> multi30k_tokenize == the published tok/ lines, byte for
     byte (trailing spaces included): 62,028 lines over the three splits."""
@@ -151,6 +152,7 @@ def test_multi30k_tokenized_reference_length():
 # Translation and evaluation.
 
 
+@pytest.mark.slow
 def test_translate_texts_partial_last_batch(tiny):
     model, tokenizer, pairs = tiny
     texts = [s for s, _ in pairs]  # 7 sources: batches of 3, 3, 1 (+2 pad)
@@ -179,6 +181,7 @@ def test_translate_texts_rejects_bad_input(tiny):
                                    max_source_length=33)
 
 
+@pytest.mark.slow
 def test_evaluate_writes_files(tiny, tmp_path):
     model, tokenizer, pairs = tiny
     references = [t for _, t in pairs]

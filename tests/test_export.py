@@ -79,6 +79,7 @@ def _run(args, timeout=300):
     return result.stdout
 
 
+@pytest.mark.slow
 def test_export_layout(exported):
     names = set(os.listdir(exported))
     assert {"saved_model.pb", "variables", "model.keras",
@@ -87,9 +88,13 @@ def test_export_layout(exported):
     assert leftovers == []
 
 
-@pytest.mark.slow
-def test_fresh_process_matches_translate_texts(exported, expected):
-    """Loaded with only tensorflow and tensorflow_text: in-process outputs."""
+@pytest.fixture(scope="module")
+def fresh_process(exported):
+    """One fresh process serves two tests: it loads the export with only
+    tensorflow and tensorflow_text (a JSON line of its outputs), then runs
+    `saved_model_cli run` in the same process (its printed results)."""
+    # saved_model_cli does not load tensorflow-text's op library itself, so
+    # it runs with tensorflow_text imported first (TF Serving links the ops).
     script = textwrap.dedent(f"""
         import json, sys
         import tensorflow as tf
@@ -107,9 +112,23 @@ def test_fresh_process_matches_translate_texts(exported, expected):
                       int(loaded.max_source_length.numpy()),
                       int(loaded.max_length.numpy())],
             tfattn_loaded="tfattn" in sys.modules,
-        )))
+        )), flush=True)
+        from tensorflow.python.tools.saved_model_cli import main
+        sys.argv = ["saved_model_cli", "run", "--dir", {str(exported)!r},
+                    "--tag_set", "serve", "--signature_def",
+                    "serving_default", "--input_exprs", 'sentences=["12"]']
+        print("SAVED_MODEL_CLI", flush=True)
+        sys.exit(main())
     """)
-    out = json.loads(_run([sys.executable, "-c", script]).splitlines()[-1])
+    out = _run([sys.executable, "-c", script])
+    loaded, cli = out.split("SAVED_MODEL_CLI\n", 1)
+    return json.loads(loaded.splitlines()[-1]), cli
+
+
+@pytest.mark.slow
+def test_fresh_process_matches_translate_texts(fresh_process, expected):
+    """Loaded with only tensorflow and tensorflow_text: in-process outputs."""
+    out, _ = fresh_process
     assert not out["tfattn_loaded"]
     assert out["translations"] == expected
     assert out["method"] == expected
@@ -118,6 +137,7 @@ def test_fresh_process_matches_translate_texts(exported, expected):
     assert out["settings"] == [BEAM, MAX_LENGTH - EXTRA, MAX_LENGTH]
 
 
+@pytest.mark.slow
 def test_in_process_load_matches(exported, expected):
     loaded = export.load_translator(exported)
     out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
@@ -128,6 +148,7 @@ def test_in_process_load_matches(exported, expected):
     assert empty["translations"].shape == (0,)
 
 
+@pytest.mark.slow
 def test_saved_model_cli_show(exported):
     out = _run([SAVED_MODEL_CLI, "show", "--dir", str(exported), "--tag_set",
                 "serve", "--signature_def", "serving_default"])
@@ -138,15 +159,10 @@ def test_saved_model_cli_show(exported):
 
 
 @pytest.mark.slow
-def test_saved_model_cli_run(tiny, exported):
-    # saved_model_cli does not load tensorflow-text's op library itself, so
-    # it runs with tensorflow_text imported first (TF Serving links the ops).
-    launcher = ("import sys, tensorflow_text; "
-                "from tensorflow.python.tools.saved_model_cli import main; "
-                "sys.argv[0] = 'saved_model_cli'; sys.exit(main())")
-    out = _run([sys.executable, "-c", launcher, "run", "--dir",
-                str(exported), "--tag_set", "serve", "--signature_def",
-                "serving_default", "--input_exprs", 'sentences=["12"]'])
+def test_saved_model_cli_run(tiny, fresh_process):
+    # `saved_model_cli run` in a fresh process with tensorflow_text
+    # imported first (see `fresh_process`).
+    _, out = fresh_process
     model, tokenizer = tiny
     [want] = translate_texts(model, tokenizer, ["12"], beam_size=BEAM,
                              extra_length=EXTRA)
@@ -155,6 +171,7 @@ def test_saved_model_cli_run(tiny, exported):
     assert repr([want.encode()]).replace(",", "") in out
 
 
+@pytest.mark.slow
 def test_keras_file_reloads_with_identical_logits(tiny, exported):
     model, _ = tiny
     reloaded = keras.saving.load_model(exported / "model.keras")
@@ -166,6 +183,7 @@ def test_keras_file_reloads_with_identical_logits(tiny, exported):
     )
 
 
+@pytest.mark.slow
 def test_refuses_existing_dir(tiny, exported):
     model, tokenizer = tiny
     before = sorted(os.listdir(exported))
@@ -252,3 +270,33 @@ def test_overwrite(tiny, tmp_path, monkeypatch):
                              extra_length=EXTRA)
     out = loaded.translate(tf.constant(TEXTS[:3]))["translations"].numpy()
     assert [t.decode() for t in out] == greedy
+
+
+def test_attention_signature_equals_the_python_model(tiny, exported):
+    """The `attention` signature returns, for the same sentences, the
+    translations, pieces and weights that the Python model and
+    `tfattn.visualize.attention_maps` give."""
+    from tfattn import visualize
+
+    model, tokenizer = tiny
+    loaded = export.load_translator(exported)
+    sentences = ["4072", "12"]
+    out = loaded.signatures["attention"](sentences=tf.constant(sentences))
+    layers = len(model.encoder.blocks)
+    for kind in ("encoder", "decoder", "cross"):
+        assert out[kind].shape[:3] == (layers, 2, 2)  # layers, batch, heads
+    for row, text in enumerate(sentences):
+        maps = visualize.attention_maps(model, tokenizer, text,
+                                        beam_size=BEAM, extra_length=EXTRA)
+        assert out["translations"][row].numpy().decode() == maps.translation
+        source = [t.decode() for t in out["source_tokens"][row].numpy()]
+        target = [t.decode() for t in out["target_tokens"][row].numpy()]
+        s, t = len(maps.source_tokens), len(maps.target_tokens)
+        assert source[:s] == maps.source_tokens and not any(source[s:])
+        assert target[:t] == maps.target_tokens and not any(target[t:])
+        for kind, (q, k) in dict(encoder=(s, s), decoder=(t, t),
+                                 cross=(t, s)).items():
+            for layer in range(layers):
+                np.testing.assert_allclose(
+                    out[kind][layer, row, :, :q, :k],
+                    maps.scores[kind][layer], atol=1e-5)

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.token_embedding import TokenEmbedding
 
@@ -54,6 +55,16 @@ def test_layer_contract(kwargs, out_width):
         expected_output_shape=(B, T, out_width),
         expected_num_trainable_weights=4,
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for kwargs in [{}, dict(num_units=6),
+                   dict(activation="gelu", dropout_rate=0.1, seed=3)]:
+        assert_keras_file_round_trip(FeedForward, dict(ffn_units=F, **kwargs),
+                                     _inputs())
 
 
 def test_sublayers_and_initializers():

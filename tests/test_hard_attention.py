@@ -161,6 +161,7 @@ def test_straight_through_forward_is_the_hard_choice_and_has_gradients():
     assert grad is not None and np.abs(grad.numpy()).max() > 0
 
 
+@pytest.mark.slow
 def test_layer_contract_and_keras_file():
     q = RNG.normal(size=(2, 3, 12)).astype("float32")
     k = RNG.normal(size=(2, 5, 8)).astype("float32")

@@ -14,6 +14,7 @@ import tfattn
 from tests import reference_numpy as ref
 from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tests.harness import randomize_weights as _randomize
 from tests.harness import attention_params as _params
 
@@ -63,6 +64,23 @@ def test_cross_attention_contract_with_values():
         [q, kv, kv],
         expected_output_shape=(B, 3, C),
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for flavor in FLAVORS:
+        for causality in (False, True):
+            assert_keras_file_round_trip(
+                tfattn.MultiHeadAttention,
+                dict(num_heads=H, flavor=flavor, causality=causality,
+                     dropout_rate=0.1, seed=3),
+                _inputs())
+    q, kv = _inputs(0, length=3), _inputs(1, length=6)
+    assert_keras_file_round_trip(
+        tfattn.MultiHeadAttention, dict(num_heads=H, flavor="reference_2019"),
+        [q, kv, kv])
 
 
 def test_public_sublayers_have_documented_shapes():

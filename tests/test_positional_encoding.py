@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tests import reference_numpy as ref
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.token_embedding import TokenEmbedding
 
@@ -60,6 +61,21 @@ def test_layer_contract_with_start_index(kind):
         expected_output_shape=(B, T, C),
         call_kwargs=dict(start_index=L - T),
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for kind in KINDS:
+        for padding_mode in MODES:
+            assert_keras_file_round_trip(
+                PositionalEncoding,
+                dict(kind=kind, max_length=L, padding_mode=padding_mode),
+                _inputs())
+        assert_keras_file_round_trip(
+            PositionalEncoding, dict(kind=kind, max_length=L), _inputs(),
+            call_kwargs=dict(start_index=L - T))
 
 
 @pytest.mark.parametrize("kind", ["sinusoid", "sinusoid_2017"])

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tests.harness import run_layer_test
+from tests.harness import assert_keras_file_round_trip
 from tfattn.layers.token_embedding import TokenEmbedding
 
 B, T, V, C = 2, 5, 11, 8
@@ -26,15 +27,15 @@ def _built(**kwargs):
 # Layer contract.
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {},
-        dict(zero_pad=False, scale=False),
-        dict(mask_zero=True),
-        dict(embeddings_initializer="random_normal"),
-    ],
-)
+CONTRACT_KWARGS = [
+    {},
+    dict(zero_pad=False, scale=False),
+    dict(mask_zero=True),
+    dict(embeddings_initializer="random_normal"),
+]
+
+
+@pytest.mark.parametrize("kwargs", CONTRACT_KWARGS)
 def test_layer_contract(kwargs):
     run_layer_test(
         TokenEmbedding,
@@ -43,6 +44,15 @@ def test_layer_contract(kwargs):
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=1,
     )
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip():
+    """The layer contract's `.keras` save and reload, once per configuration
+    of the contract tests above (run_layer_test skips it)."""
+    for kwargs in CONTRACT_KWARGS:
+        assert_keras_file_round_trip(
+            TokenEmbedding, dict(vocab_size=V, num_units=C, **kwargs), IDS)
 
 
 def test_table_is_glorot_uniform_by_default():

@@ -24,6 +24,10 @@ from tfattn import training
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = "--hparams_overrides=num_layers=1,log_every_steps=5"
+# Long enough that the kill lands mid-run (tens of steps after it is sent,
+# a step takes tens of milliseconds), short enough that the resumed run is quick.
+KILL_STEPS = 60
+TERM_STEPS = 60
 
 
 @pytest.fixture(autouse=True)
@@ -150,6 +154,7 @@ def test_main_passes_the_flags_to_train(tmp_path, monkeypatch):
         9, None, "mixed_bfloat16", True, 3, 0)
 
 
+@pytest.mark.slow
 def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
     out = subprocess.run(
         [sys.executable, "train.py", "--hparams=small",
@@ -175,6 +180,13 @@ def test_end_to_end_train_eval_export_then_resume(tmp_path):
     assert (model_dir / "export" / "saved_model.pb").exists()
     metrics = json.loads((model_dir / "metrics_test.json").read_text())
     assert metrics["num_sentences"] == 500
+    # Eval drew attention maps into TensorBoard's Images tab.
+    tags = {value.tag
+            for path in tf.io.gfile.glob(str(model_dir / "eval" / "events*"))
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for value in event.summary.value}
+    assert {"attention/encoder/sentence_0",
+            "attention/cross/sentence_1"} <= tags
 
     # Resume in-process with the saved hparams and a longer run.
     parse(f"--model_dir={model_dir}", "--train_steps=25", "--samples=0",
@@ -248,13 +260,14 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path):
     model_dir = tmp_path / "run"
     command = _train_command(
         model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=5", "--train_steps=200", "--mode=all")
+        "checkpoint_every_steps=5", f"--train_steps={KILL_STEPS}",
+        "--mode=all")
     status = _run_killed(
         command, tmp_path / "first.log", signal.SIGKILL,
         ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)))
     assert status == -signal.SIGKILL
     killed_at = max(_checkpoint_steps(model_dir))
-    assert 10 <= killed_at < 200
+    assert 10 <= killed_at < KILL_STEPS
     _assert_checkpoints_load(model_dir)
     assert not (model_dir / "export").exists()
 
@@ -262,9 +275,10 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"resuming at step {killed_at}." in out.stderr
-    assert f"from step {killed_at} to 200" in out.stderr
+    assert f"from step {killed_at} to {KILL_STEPS}" in out.stderr
     _assert_checkpoints_load(model_dir)
-    assert _checkpoint_step_value(str(model_dir / "ckpt-200")) == 200
+    assert _checkpoint_step_value(
+        str(model_dir / f"ckpt-{KILL_STEPS}")) == KILL_STEPS
     # The export is whole: it loads and translates in a fresh process.
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, tensorflow as tf, "
@@ -284,13 +298,13 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(tmp_path):
     # can only come from the SIGTERM handler.
     command = _train_command(
         model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=1000", "--train_steps=300")
+        "checkpoint_every_steps=1000", f"--train_steps={TERM_STEPS}")
     status = _run_killed(command, log, signal.SIGTERM,
                          ready=lambda: "step 5:" in log.read_text())
     text = log.read_text()
     assert status == 128 + signal.SIGTERM, text[-3000:]
     (stopped_at,) = _checkpoint_steps(model_dir)
-    assert 5 <= stopped_at < 300
+    assert 5 <= stopped_at < TERM_STEPS
     assert f"Training stopped on SIGTERM at step {stopped_at}" in text
     assert "Run the same command again to resume" in text
     _assert_checkpoints_load(model_dir)
@@ -301,7 +315,7 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"resuming at step {stopped_at}." in out.stderr
-    assert _checkpoint_steps(model_dir) == [stopped_at, 300]
+    assert _checkpoint_steps(model_dir) == [stopped_at, TERM_STEPS]
 
 
 def test_main_exits_143_when_preempted(tmp_path, monkeypatch):
@@ -345,3 +359,80 @@ def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
         train.main(["train.py"])
     assert "Cannot average the last 7" in str(exit_info.value.code)
     assert seen["average_last"] == 7
+
+
+def _saved_run(tmp_path, monkeypatch):
+    """A model dir holding tiny's hparams.json, with restoring, data and
+    the evaluation and export faked: what eval/export are called with."""
+    run_dir.write_text_atomically(run_dir.hparams_path(tmp_path),
+                                  config.to_json(hparams.get("tiny")))
+    seen = {}
+    monkeypatch.setattr(run_dir, "restore_model",
+                        lambda model_dir, average_last=1: ("model", "tok",
+                                                           None))
+    monkeypatch.setattr(train.sources, "load_pairs",
+                        lambda spec, split, limit=None: [("1", "one")])
+    monkeypatch.setattr(train, "attention_images", lambda *args: 0)
+
+    def fake_evaluate(model, tokenizer, pairs, model_dir, split, **kwargs):
+        seen["evaluate"] = kwargs
+        return {"bleu": 1.0, "bleu_signature": "sig"}
+
+    def fake_export(model, tokenizer, export_dir, **kwargs):
+        seen["export"] = dict(kwargs, export_dir=export_dir)
+        return export_dir
+
+    from tfattn import evaluation
+    from tfattn import export
+    monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
+    monkeypatch.setattr(export, "export_translator", fake_export)
+    return seen
+
+
+def test_decoding_overrides_are_honoured_at_eval_and_export(tmp_path,
+                                                            monkeypatch):
+    seen = _saved_run(tmp_path, monkeypatch)
+    parse(f"--model_dir={tmp_path}", "--mode=eval",
+          "--hparams_overrides=beam_size=8,decode_alpha=1.0")
+    train.main(["train.py"])
+    assert seen["evaluate"]["beam_size"] == 8
+    assert seen["evaluate"]["alpha"] == 1.0
+    assert seen["evaluate"]["extra_length"] == hparams.get(
+        "tiny").decode_extra_length
+    parse(f"--model_dir={tmp_path}", "--mode=export",
+          "--hparams_overrides=decode_extra_length=3")
+    train.main(["train.py"])
+    assert seen["export"]["extra_length"] == 3
+    assert seen["export"]["beam_size"] == hparams.get("tiny").beam_size
+    # The default export dir is replaced; an explicit one needs the flag.
+    assert seen["export"]["overwrite"] is True
+    parse(f"--model_dir={tmp_path}", "--mode=export",
+          f"--export_dir={tmp_path / 'elsewhere'}")
+    train.main(["train.py"])
+    assert seen["export"]["overwrite"] is False
+    parse(f"--model_dir={tmp_path}", "--mode=export", "--overwrite_export",
+          f"--export_dir={tmp_path / 'elsewhere'}")
+    train.main(["train.py"])
+    assert seen["export"]["overwrite"] is True
+
+
+def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
+    _saved_run(tmp_path, monkeypatch)
+    parse(f"--model_dir={tmp_path}", "--mode=eval",
+          "--hparams_overrides=num_layers=3,beam_size=2")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["train.py"])
+    message = str(exit_info.value.code)
+    assert "only the decoding fields" in message and "num_layers" in message
+
+
+def test_the_library_never_imports_the_hparams_sets(tmp_path):
+    script = ("import sys, tfattn, tfattn.training, tfattn.evaluation, "
+              "tfattn.export, tfattn.translate, tfattn.run_dir, "
+              "tfattn.distribute, tfattn.config, tfattn.data.sources; "
+              "print('hparams' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

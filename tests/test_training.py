@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -69,6 +70,7 @@ def trained(tmp_path_factory):
     return result, str(model_dir), losses
 
 
+@pytest.mark.slow
 def test_training_reduces_a_finite_loss(trained):
     result, model_dir, losses = trained
     assert (result.start_step, result.step) == (0, 30)
@@ -78,6 +80,7 @@ def test_training_reduces_a_finite_loss(trained):
     assert 0 <= result.accuracy <= 1 and result.tokens_per_second > 0
 
 
+@pytest.mark.slow
 def test_training_writes_its_directory(trained):
     result, model_dir, _ = trained
     assert checkpoint_steps(model_dir) == [20, 25, 30]  # keep_checkpoints=3
@@ -90,6 +93,7 @@ def test_training_writes_its_directory(trained):
     assert checkpoint_value(result.checkpoint, "step/") == 30
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars(trained):
     _, model_dir, _ = trained
     summary_dir = os.path.join(model_dir, "train")
@@ -104,6 +108,7 @@ def test_tensorboard_scalars(trained):
     assert "hparams" in tags
 
 
+@pytest.mark.slow
 def test_restore_model_matches_the_trained_weights(trained):
     result, model_dir, _ = trained
     model, tokenizer, hp = run_dir.restore_model(model_dir)
@@ -113,6 +118,7 @@ def test_restore_model_matches_the_trained_weights(trained):
         np.testing.assert_array_equal(restored.numpy(), trained_weight.numpy())
 
 
+@pytest.mark.slow
 def test_changed_hparams_on_resume_are_refused(trained, tmp_path):
     _, model_dir, _ = trained
     copy = tmp_path / "run"
@@ -142,6 +148,7 @@ def test_hparams_without_a_checkpoint_can_be_replaced(tmp_path):
         run_dir.resolve_hparams(tmp_path / "new")
 
 
+@pytest.mark.slow
 def test_checkpoints_without_hparams_are_refused(trained, tmp_path):
     _, model_dir, _ = trained
     copy = tmp_path / "run"
@@ -407,15 +414,19 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
         return losses, [(b - a).tolist() for b, a in zip(before, after)], [
             a.tolist() for a in after]
 
-    single = run(tf.distribute.get_strategy())
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    double = run(mirrored)
-    result = training.train(hp, "numbers", sys.argv[2], steps=4,
-                            strategy=mirrored, verbose=0)
-    print(json.dumps(dict(single=single, double=double,
-                          labels=labels.tolist(),
-                          replicas=mirrored.num_replicas_in_sync,
-                          loss=result.loss, step=result.step)))
+    # argv[3]: "single" (one device, then a short mirrored training.train
+    # run) or "mirrored" (two replicas): two processes that run side by side.
+    if sys.argv[3] == "single":
+        single = run(tf.distribute.get_strategy())
+        mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        result = training.train(hp, "numbers", sys.argv[2], steps=4,
+                                strategy=mirrored, verbose=0)
+        print(json.dumps(dict(single=single, labels=labels.tolist(),
+                              loss=result.loss, step=result.step)))
+    else:
+        mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        print(json.dumps(dict(double=run(mirrored),
+                              replicas=mirrored.num_replicas_in_sync)))
 """)
 
 @pytest.mark.slow
@@ -430,13 +441,23 @@ def test_two_replicas_equal_one_device(tmp_path):
     of the reductions, not from one machine's run.
     """
     overrides = "num_layers=1,log_every_steps=2,checkpoint_every_steps=2"
-    out = subprocess.run(
+    processes = [subprocess.Popen(
         [sys.executable, "-c", _MIRRORED_SCRIPT, overrides,
-         str(tmp_path / "run")],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+         str(tmp_path / "run"), part],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=REPO))
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+        for part in ("single", "mirrored")]
+    report = {}
+    try:
+        for process in processes:
+            out, err = process.communicate(timeout=600)
+            assert process.returncode == 0, err[-3000:]
+            report.update(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     assert report["replicas"] == 2
     (single_losses, single_grads, single_after), (double_losses, double_grads,
                                                   double_after) = (
@@ -516,46 +537,55 @@ _WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run_workers(tmp_path, count, overrides):
-    """Runs `_WORKER_SCRIPT` as `count` workers (0: no TF_CONFIG)."""
-    ports = _free_ports(max(count, 1))
-    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+def _run_workers(tmp_path, counts, overrides):
+    """Runs `_WORKER_SCRIPT` as `count` workers (0: no TF_CONFIG) for each
+    of `counts`, all groups side by side; returns each group's reports."""
+    groups = []
     processes = []
     try:
-        for index in range(max(count, 1)):
-            env = dict(os.environ, PYTHONPATH=REPO)
-            env.pop("TF_CONFIG", None)
-            if count:
-                env["TF_CONFIG"] = json.dumps(
-                    {"cluster": cluster,
-                     "task": {"type": "worker", "index": index}})
-            processes.append(subprocess.Popen(
-                [sys.executable, "-c", _WORKER_SCRIPT, overrides,
-                 str(tmp_path / f"weights_{count}_{index}.npz")],
-                cwd=REPO, env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True))
-        outputs = [p.communicate(timeout=600) for p in processes]
+        for count in counts:
+            ports = _free_ports(max(count, 1))
+            cluster = {"worker": [f"localhost:{p}" for p in ports]}
+            group = []
+            for index in range(max(count, 1)):
+                env = dict(os.environ, PYTHONPATH=REPO)
+                env.pop("TF_CONFIG", None)
+                if count:
+                    env["TF_CONFIG"] = json.dumps(
+                        {"cluster": cluster,
+                         "task": {"type": "worker", "index": index}})
+                group.append(subprocess.Popen(
+                    [sys.executable, "-c", _WORKER_SCRIPT, overrides,
+                     str(tmp_path / f"weights_{count}_{index}.npz")],
+                    cwd=REPO, env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True))
+            groups.append(group)
+            processes += group
+        outputs = {p: p.communicate(timeout=600) for p in processes}
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    reports = []
-    for index, (process, (out, err)) in enumerate(zip(processes, outputs)):
-        assert process.returncode == 0, err[-3000:]
-        report = json.loads(out.strip().splitlines()[-1])
-        with np.load(tmp_path / f"weights_{count}_{index}.npz") as f:
-            report["weights"] = [f[k] for k in sorted(
-                f.files, key=lambda k: int(k.split("_")[1]))]
-        reports.append(report)
-    return reports
+    results = []
+    for count, group in zip(counts, groups):
+        reports = []
+        for index, process in enumerate(group):
+            out, err = outputs[process]
+            assert process.returncode == 0, err[-3000:]
+            report = json.loads(out.strip().splitlines()[-1])
+            with np.load(tmp_path / f"weights_{count}_{index}.npz") as f:
+                report["weights"] = [f[k] for k in sorted(
+                    f.files, key=lambda k: int(k.split("_")[1]))]
+            reports.append(report)
+        results.append(reports)
+    return results
 
 
 @pytest.mark.slow
 def test_two_workers_match_one_worker_with_the_same_global_batch(tmp_path):
     overrides = "num_layers=1,attention_dropout_rate=0.0"
-    workers = _run_workers(tmp_path, 2, overrides)
-    (single,) = _run_workers(tmp_path, 0, overrides)
+    workers, (single,) = _run_workers(tmp_path, (2, 0), overrides)
     assert [w["replicas"] for w in workers] == [2, 2]
     assert single["replicas"] == 1
     # Both workers hold identical weights (the same all-reduced update).
@@ -689,6 +719,7 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
     assert seen["kwargs"]["batch_size"] == 32
 
 
+@pytest.mark.slow
 def test_restore_model_averages_the_last_checkpoints(trained, tmp_path):
     _, model_dir, _ = trained
     paths = tf.train.get_checkpoint_state(
@@ -709,6 +740,7 @@ def test_restore_model_averages_the_last_checkpoints(trained, tmp_path):
     (1.5, "Received: average_last=1.5"),
     (99, "Cannot average the last 99 checkpoints"),
 ])
+@pytest.mark.slow
 def test_restore_model_refuses_bad_averages(trained, average_last, message):
     _, model_dir, _ = trained
     with pytest.raises(ValueError, match=message):
@@ -746,3 +778,18 @@ def test_unreachable_tpu_is_a_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="Could not connect to the TPU "
                        "'my-tpu'"):
         distribute.make_strategy("tpu", tpu="my-tpu")
+
+
+def test_start_lines_give_size_speed_projection_and_a_hint(tmp_path, caplog,
+                                                           monkeypatch):
+    monkeypatch.setattr(training, "LARGE_FOR_NUMBERS", 0)
+    monkeypatch.setattr(training, "TIMED_STEPS", 2)
+    with caplog.at_level("INFO", logger="absl"):
+        result = training.train(TEST_HPARAMS, "numbers", tmp_path, steps=4,
+                                verbose=0)
+    text = caplog.text
+    parameters = f"{result.model.count_params():,} parameters"
+    assert parameters in text and "on numbers from step 0 to 4" in text
+    assert re.search(r"[0-9.]+ s/step \(measured over steps 2-3\): about "
+                     r"0h00m to step 4", text)
+    assert "sized for a large corpus" in text and "--dataset=tfds:" in text

@@ -17,7 +17,7 @@ from tfattn import config
 from tfattn import run_dir
 from tfattn import training
 from tfattn import visualize
-from tfattn.visualize.__main__ import run as run_cli
+from tfattn.visualize.cli import run as run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -12,12 +12,13 @@ hparams, vocabulary and latest checkpoint that `train.py` left in
 (exit status 1), and nothing is written.
 """
 
-import os
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging
+
+from tfattn.visualize.cli import run
 
 flags.DEFINE_string("model_dir", None, "A model directory train.py trained.")
 flags.DEFINE_string("text", None, "The source sentence.")
@@ -29,71 +30,6 @@ flags.DEFINE_integer("average_checkpoints", 1,
                      lower_bound=1)
 flags.mark_flags_as_required(["model_dir", "text", "output_dir"])
 FLAGS = flags.FLAGS
-
-
-def parse_indices(flag, text, count, what):
-    """"all" or "i,j,..." -> sorted indices in [0, count)."""
-    if text.strip() == "all":
-        return list(range(count))
-    try:
-        indices = sorted({int(part) for part in text.split(",")})
-    except ValueError:
-        raise ValueError(f'--{flag}={text!r}: expected "all" or comma-'
-                         "separated integers.") from None
-    bad = [i for i in indices if not 0 <= i < count]
-    if bad or not indices:
-        raise ValueError(f"--{flag}={text!r}: {what} {bad} out of range; the "
-                         f"model has {count} (valid: 0-{count - 1}).")
-    return indices
-
-
-def check_output_dir(path):
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"--output_dir={path}: exists and is not a "
-                         "directory.")
-
-
-def run(model_dir, text, output_dir, layers="all", heads="all",
-        average_checkpoints=1):
-    """The CLI's work, for tests and scripts. Returns (maps, paths)."""
-    import numpy as np
-
-    from tfattn import config
-    from tfattn import run_dir
-    from tfattn import visualize
-
-    if not text.strip():
-        raise ValueError("--text is empty: give a source sentence.")
-    check_output_dir(output_dir)
-    visualize.plot.require_matplotlib()
-    model, tokenizer, hp = run_dir.restore_model(
-        model_dir, average_last=average_checkpoints)
-    layer_ids = parse_indices("layers", layers, hp.num_layers, "layer(s)")
-    head_ids = parse_indices("heads", heads, hp.num_heads, "head(s)")
-    maps = visualize.attention_maps(model, tokenizer, text,
-                                    **config.decoding_kwargs(hp))
-    selected = {kind: [maps.scores[kind][i][head_ids] for i in layer_ids]
-                for kind in maps.scores}
-    os.makedirs(output_dir, exist_ok=True)
-    paths = []
-    for kind, per_layer in selected.items():
-        queries, keys = visualize.query_and_key_tokens(maps, kind)
-        for layer, weights in zip(layer_ids, per_layer):
-            path = os.path.join(output_dir, f"{kind}_layer{layer}.png")
-            visualize.plot_attention(weights, queries, keys, path=path,
-                                     title=f"{kind} attention, layer {layer}")
-            paths.append(path)
-    html = visualize.write_html(selected, maps.source_tokens,
-                                maps.target_tokens,
-                                os.path.join(output_dir, "index.html"))
-    arrays = {f"{kind}_{layer}": weights
-              for kind, per_layer in selected.items()
-              for layer, weights in zip(layer_ids, per_layer)}
-    npz = os.path.join(output_dir, "scores.npz")
-    np.savez(npz + ".tmp.npz", source_tokens=np.array(maps.source_tokens),
-             target_tokens=np.array(maps.target_tokens), **arrays)
-    os.replace(npz + ".tmp.npz", npz)
-    return maps, [html] + paths + [npz]
 
 
 def main(argv):
