@@ -270,7 +270,8 @@ def run_in_mode(fn, mode):
 
 
 @pytest.mark.parametrize("mode", [
-    "eager", pytest.param("graph", marks=pytest.mark.slow), "jit"])
+    "eager", pytest.param("graph", marks=pytest.mark.slow),
+    pytest.param("jit", marks=pytest.mark.slow)])
 def test_greedy_early_stop_and_padding(mode):
     calls = tf.Variable(0, dtype=tf.int32)
     step_fn, cache = eos_at_model([0, 2], 8, calls)

@@ -212,6 +212,7 @@ def test_evaluate_writes_files(tiny, tmp_path):
         len(r.split()) for r in references)
 
 
+@pytest.mark.slow
 def test_evaluate_with_own_tokenizer_and_errors(tiny, tmp_path):
     model, tokenizer, pairs = tiny
     pairs = pairs[:2]

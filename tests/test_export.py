@@ -272,6 +272,7 @@ def test_overwrite(tiny, tmp_path, monkeypatch):
     assert [t.decode() for t in out] == greedy
 
 
+@pytest.mark.slow
 def test_attention_signature_equals_the_python_model(tiny, exported):
     """The `attention` signature returns, for the same sentences, the
     translations, pieces and weights that the Python model and

@@ -426,6 +426,7 @@ def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
     assert "only the decoding fields" in message and "num_layers" in message
 
 
+@pytest.mark.slow
 def test_the_library_never_imports_the_hparams_sets(tmp_path):
     script = ("import sys, tfattn, tfattn.training, tfattn.evaluation, "
               "tfattn.export, tfattn.translate, tfattn.run_dir, "

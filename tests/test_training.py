@@ -780,6 +780,7 @@ def test_unreachable_tpu_is_a_clear_error(monkeypatch):
         distribute.make_strategy("tpu", tpu="my-tpu")
 
 
+@pytest.mark.slow
 def test_start_lines_give_size_speed_projection_and_a_hint(tmp_path, caplog,
                                                            monkeypatch):
     monkeypatch.setattr(training, "LARGE_FOR_NUMBERS", 0)
