@@ -55,7 +55,9 @@ def run(model_dir, text, output_dir, layers="all", heads="all",
             visualize.plot_attention(weights, queries, keys, path=path,
                                      title=f"{kind} attention, layer {layer}")
             paths.append(path)
-    html = visualize.write_html(selected, maps.source_tokens,
+    # The page is interactive: it gets every layer and head, numbered as in
+    # the model; --layers and --heads select the pictures and the arrays.
+    html = visualize.write_html(maps.scores, maps.source_tokens,
                                 maps.target_tokens,
                                 os.path.join(output_dir, "index.html"))
     arrays = {f"{kind}_{layer}": weights
