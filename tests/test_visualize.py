@@ -174,3 +174,35 @@ def test_eval_images_in_tensorboard(trained, tmp_path):
                 assert event.step == 40
     assert tags == {f"attention/{kind}/sentence_{i}"
                     for kind in ("encoder", "cross") for i in (0, 1)}
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_model_dir_without_its_vocabulary(trained, tmp_path):
+    import shutil
+
+    model_dir, _ = trained
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    for name in os.listdir(copy):
+        if name.startswith("spm."):
+            os.remove(copy / name)
+    with pytest.raises(FileNotFoundError, match="spm.model"):
+        run_cli(str(copy), "12", str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(ImportError, match=r"tfattn\[viz\]"):
+        visualize.plot_attention(np.ones((2, 2)), ["a", "b"], ["c", "d"],
+                                 path=tmp_path / "x.png")
+    assert not os.listdir(tmp_path)
