@@ -31,7 +31,6 @@ def _import_tensorflow_quietly():
     TFATTN_VERBOSE_IMPORT=1 keeps the banner.
     """
     if os.environ.get("TFATTN_VERBOSE_IMPORT") == "1":
-        import tensorflow  # noqa: F401
         return
     import tempfile
 

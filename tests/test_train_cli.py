@@ -11,7 +11,6 @@ import time
 
 import pytest
 import tensorflow as tf
-from absl import app
 from absl import flags
 from absl.testing import flagsaver
 

@@ -14,7 +14,6 @@ import tensorflow as tf
 
 import hparams
 from tfattn import config
-from tfattn import run_dir
 from tfattn import training
 from tfattn import visualize
 from tfattn.visualize.cli import run as run_cli
