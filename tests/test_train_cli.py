@@ -18,6 +18,7 @@ import hparams
 import train
 from tfattn import config
 from tfattn import run_dir
+from tfattn.files import write_text_atomically
 from tfattn import training
 
 FLAGS = flags.FLAGS
@@ -350,7 +351,7 @@ def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
         raise ValueError("Cannot average the last 7 checkpoints")
 
     monkeypatch.setattr(run_dir, "restore_model", fake_restore)
-    run_dir.write_text_atomically(run_dir.hparams_path(tmp_path),
+    write_text_atomically(run_dir.hparams_path(tmp_path),
                                   config.to_json(hparams.get("tiny")))
     parse(f"--model_dir={tmp_path}", "--mode=export",
           "--average_checkpoints=7")
@@ -363,7 +364,7 @@ def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
 def _saved_run(tmp_path, monkeypatch):
     """A model dir holding tiny's hparams.json, with restoring, data and
     the evaluation and export faked: what eval/export are called with."""
-    run_dir.write_text_atomically(run_dir.hparams_path(tmp_path),
+    write_text_atomically(run_dir.hparams_path(tmp_path),
                                   config.to_json(hparams.get("tiny")))
     seen = {}
     monkeypatch.setattr(run_dir, "restore_model",

@@ -40,7 +40,7 @@ import time
 import sacrebleu
 import tensorflow as tf
 
-from tfattn.run_dir import write_text_atomically
+from tfattn.files import write_text_atomically
 from tfattn.translate import translate_texts
 from tfattn.validation import check_choice
 from tfattn.validation import invalid_argument

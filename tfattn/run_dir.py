@@ -8,12 +8,10 @@ model they hold.
 - `resolve_hparams`: the hparams a run uses, checked against the saved ones.
 - `build_model` / `restore_model`: a `Transformer` for the hparams, and one
   holding the latest checkpoint's (or the average of the last N's) weights.
-- `write_text_atomically`: the one way this library writes a small file.
 """
 
 import dataclasses
 import os
-import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -25,19 +23,6 @@ from tfattn.models import Transformer
 
 HPARAMS_FILENAME = "hparams.json"
 CHECKPOINT_NAME = "ckpt"
-
-
-def write_text_atomically(path, text):
-    """Writes `text` to `path` through a temporary file and a rename, so a
-    reader never sees half a file and a crash leaves the old one whole."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    try:
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
 
 
 

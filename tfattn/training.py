@@ -59,6 +59,7 @@ from tfattn.data.sources import check_dataset
 from tfattn.data.sources import load_split
 from tfattn.data.sources import parse_dataset_spec
 from tfattn.data.tokenizer import PAD_ID
+from tfattn.files import write_text_atomically
 from tfattn.distribute import is_chief
 from tfattn.distribute import num_workers
 from tfattn.distribute import per_replica_batch
@@ -72,7 +73,6 @@ from tfattn.run_dir import build_model
 from tfattn.run_dir import hparams_path
 from tfattn.run_dir import model_weights
 from tfattn.run_dir import resolve_hparams
-from tfattn.run_dir import write_text_atomically
 
 MIXED_PRECISION = (None, "mixed_float16", "mixed_bfloat16")
 # Steps timed after the first (compiling) one to project the run's length,

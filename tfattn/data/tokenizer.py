@@ -18,13 +18,13 @@ retries with the largest size the corpus allows.
 import io
 import os
 import re
-import uuid
 
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
 
+from tfattn.files import write_files_atomically
 from tfattn.validation import check_choice
 from tfattn.validation import check_positive_int
 from tfattn.validation import invalid_argument
@@ -172,26 +172,6 @@ class SubwordTokenizer(tf.Module):
         return self._processor.piece_to_id(piece)
 
 
-def _atomic_write(files):
-    """Writes `{path: bytes}` through temporary names and renames.
-
-    Every file is written in full under a temporary name before the first
-    rename, so an error while writing leaves the old files untouched, and no
-    temporary file survives an error.
-    """
-    temps = {path: f"{path}.tmp-{uuid.uuid4().hex}" for path in files}
-    try:
-        for path, data in files.items():
-            with tf.io.gfile.GFile(temps[path], "wb") as f:
-                f.write(data)
-        for path, tmp in temps.items():
-            tf.io.gfile.rename(tmp, path, overwrite=True)
-    finally:
-        for tmp in temps.values():
-            if tf.io.gfile.exists(tmp):
-                tf.io.gfile.remove(tmp)
-
-
 def _vocab_text(processor):
     lines = [
         f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
@@ -326,7 +306,7 @@ def train_tokenizer(
     model_dir = str(model_dir)
     tf.io.gfile.makedirs(model_dir)
     # The model goes first: it is the file read back; the vocab is for people.
-    _atomic_write(
+    write_files_atomically(
         {
             os.path.join(model_dir, MODEL_FILENAME): model,
             os.path.join(model_dir, VOCAB_FILENAME): _vocab_text(

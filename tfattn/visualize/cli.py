@@ -1,7 +1,10 @@
 """The work of `python -m tfattn.visualize` (see `__main__`), without its
 flags, so that tests and scripts can call `run` directly."""
 
+import io
 import os
+
+from tfattn.files import write_files_atomically
 
 def parse_indices(flag, text, count, what):
     """"all" or "i,j,..." -> sorted indices in [0, count)."""
@@ -64,7 +67,8 @@ def run(model_dir, text, output_dir, layers="all", heads="all",
               for kind, per_layer in selected.items()
               for layer, weights in zip(layer_ids, per_layer)}
     npz = os.path.join(output_dir, "scores.npz")
-    np.savez(npz + ".tmp.npz", source_tokens=np.array(maps.source_tokens),
+    buffer = io.BytesIO()
+    np.savez(buffer, source_tokens=np.array(maps.source_tokens),
              target_tokens=np.array(maps.target_tokens), **arrays)
-    os.replace(npz + ".tmp.npz", npz)
+    write_files_atomically({npz: buffer.getvalue()})
     return maps, [html] + paths + [npz]

@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from tfattn.run_dir import write_text_atomically
+from tfattn.files import write_text_atomically
 from tfattn.validation import invalid_argument
 
 KINDS = ("encoder", "decoder", "cross")

@@ -1,11 +1,12 @@
 """`plot_attention`: attention weights as labelled heatmaps (matplotlib)."""
 
+import io
 import math
 import os
-import uuid
 
 import numpy as np
 
+from tfattn.files import write_files_atomically
 from tfattn.validation import invalid_argument
 
 _CONTEXT = "plot_attention"
@@ -86,12 +87,7 @@ def plot_attention(weights, query_tokens, key_tokens, path=None, title=None):
         figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     if path is not None:
-        path = os.fspath(path)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}.png"
-        try:
-            figure.savefig(tmp, dpi=100)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        png = io.BytesIO()
+        figure.savefig(png, format="png", dpi=100)
+        write_files_atomically({os.fspath(path): png.getvalue()})
     return figure
