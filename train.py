@@ -25,7 +25,8 @@ def _import_tensorflow_quietly():
     TensorFlow's C++ logging prints its banner (oneDNN notice, CUDA stub and
     CPU feature lines) before it reads TF_CPP_MIN_LOG_LEVEL, twice (two
     shared libraries), and a `failed call to cuInit` error line on machines
-    without a GPU when it first looks for devices. Standard error is
+    without a GPU when it first looks for devices (the CUDA lines are kept
+    where an NVIDIA driver is installed). Standard error is
     captured while TensorFlow loads and lists its devices; every line that
     is not one of those is written back, and everything is when that fails.
     TFATTN_VERBOSE_IMPORT=1 keeps the banner.
@@ -34,11 +35,15 @@ def _import_tensorflow_quietly():
         return
     import tempfile
 
-    banner = re.compile(
-        r"All log messages before absl::InitializeLog|oneDNN custom "
-        r"operations|cudart_stub|cuda drivers|cuInit|cpu_feature_guard|"
-        r"rebuild TensorFlow with the appropriate compiler flags|"
-        r"Unable to register cu(DNN|FFT|BLAS) factory|computation placer")
+    banner = (r"All log messages before absl::InitializeLog|oneDNN custom "
+              r"operations|cpu_feature_guard|rebuild TensorFlow with the "
+              r"appropriate compiler flags")
+    if not os.path.exists("/dev/nvidiactl"):
+        # No NVIDIA driver: the CUDA lines say only that there is no GPU.
+        # With one, they may be the reason a GPU is missing: kept.
+        banner += (r"|cudart_stub|cuda drivers|cuInit|Unable to register "
+                   r"cu(DNN|FFT|BLAS) factory|computation placer")
+    banner = re.compile(banner)
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as captured:
