@@ -400,18 +400,21 @@ def run_export(directory):
     model, tokenizer, _ = run_dir.restore_model(
         directory, average_last=FLAGS.average_checkpoints)
     export_dir = FLAGS.export_dir or os.path.join(directory, "export")
-    path = export.export_translator(
-        model, tokenizer, export_dir, **decoding,
-        overwrite=FLAGS.overwrite_export or not FLAGS.export_dir)
+    overwrite = FLAGS.overwrite_export or not FLAGS.export_dir
+    if os.path.lexists(export_dir) and not overwrite:
+        raise FileExistsError(
+            f"{export_dir}: already exists; pass --overwrite_export to "
+            "replace it, or choose another --export_dir.")
+    path = export.export_translator(model, tokenizer, export_dir, **decoding,
+                                    overwrite=overwrite)
     print(f"Exported a string-to-string translator to {path}")
     return path
 
 
 def _fail(error):
     """Ends the program with one line naming what went wrong (exit 1)."""
-    message = str(error).replace("overwrite=True", "--overwrite_export")
-    logging.error("%s", message)
-    sys.exit(f"Error: {message}")
+    logging.error("%s", error)
+    sys.exit(f"Error: {error}")
 
 
 def main(argv):

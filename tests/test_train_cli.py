@@ -408,6 +408,13 @@ def test_decoding_overrides_are_honoured_at_eval_and_export(tmp_path,
           f"--export_dir={tmp_path / 'elsewhere'}")
     train.main(["train.py"])
     assert seen["export"]["overwrite"] is False
+    # An existing explicit one is refused, naming the flag, before any
+    # export work.
+    (tmp_path / "elsewhere").mkdir()
+    seen.pop("export")
+    with pytest.raises(SystemExit, match="pass --overwrite_export"):
+        train.main(["train.py"])
+    assert "export" not in seen
     parse(f"--model_dir={tmp_path}", "--mode=export", "--overwrite_export",
           f"--export_dir={tmp_path / 'elsewhere'}")
     train.main(["train.py"])
