@@ -260,8 +260,7 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path):
     model_dir = tmp_path / "run"
     command = _train_command(
         model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=5", f"--train_steps={KILL_STEPS}",
-        "--mode=all")
+        "checkpoint_every_steps=5", f"--train_steps={KILL_STEPS}")
     status = _run_killed(
         command, tmp_path / "first.log", signal.SIGKILL,
         ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)))
@@ -279,8 +278,11 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path):
     _assert_checkpoints_load(model_dir)
     assert _checkpoint_step_value(
         str(model_dir / f"ckpt-{KILL_STEPS}")) == KILL_STEPS
-    # The export is whole: it loads and translates (in this process; a
-    # fresh process loading an export is tests/test_export.py's).
+    # The resumed model exports whole: it loads and translates (export and
+    # load in this process; the subprocess end-to-end test covers --mode=all
+    # and test_export.py a fresh process loading an export).
+    parse(f"--model_dir={model_dir}", "--mode=export")
+    train.main(["train.py"])
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
     translator = tf.saved_model.load(str(model_dir / "export"))
     translations = translator.signatures["serving_default"](
