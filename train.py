@@ -3,7 +3,7 @@ r"""Trains, evaluates and exports a tfattn Transformer.
   python train.py --hparams=tiny --dataset=numbers --mode=all
   python train.py --hparams=base          # the paper's base model (see below)
 
-Modes: train (default), eval (BLEU on the test split), export (a
+Modes: train (default), eval (BLEU on --eval_split, test by default), export (a
 string-to-string SavedModel), all (the three in turn). A run restarted with
 the same --model_dir resumes from its latest checkpoint with its saved
 hparams; --model_dir defaults to runs/HPARAMS_DATASET. See `python train.py
@@ -159,10 +159,14 @@ flags.DEFINE_string("export_dir", None,
 flags.DEFINE_bool("overwrite_export", False,
                   "Replace an existing --export_dir (the default export "
                   "directory is always replaced).")
-flags.DEFINE_integer("average_checkpoints", 1,
+flags.DEFINE_integer("average_checkpoints", None,
                      "Eval and export the average of the last this many "
-                     "checkpoints (see the hparams' keep_checkpoints).",
+                     "checkpoints (see the hparams' keep_checkpoints); "
+                     "default: the hparams' average_checkpoints.",
                      lower_bound=1)
+flags.DEFINE_enum("eval_split", "test", ("test", "validation"),
+                  "The split `eval`/`all` translates and scores: choose "
+                  "settings on `validation`, report `test`.")
 flags.DEFINE_integer("seed", 0, "Initialisation, dropout and data seed.")
 flags.DEFINE_integer("samples", 100,
                      "After training, translate this many validation pairs "
@@ -268,8 +272,9 @@ def requested_hparams(directory):
 
 
 def decoding_settings(directory):
-    """The decoding keyword arguments of eval and export: the saved
-    hparams' with --hparams_overrides applied (decoding fields only)."""
+    """(decoding keyword arguments, checkpoints to average) of eval and
+    export: the saved hparams' with --hparams_overrides applied (decoding
+    fields only), and --average_checkpoints over the hparams' value."""
     saved = run_dir.load_saved_hparams(directory)
     if saved is None:
         raise FileNotFoundError(
@@ -283,7 +288,8 @@ def decoding_settings(directory):
             "With --mode=eval or export, --hparams_overrides may change only "
             f"the decoding fields ({', '.join(config.DECODING_FIELDS)}); "
             f"received changes to {', '.join(changed)}.")
-    return config.decoding_kwargs(hp)
+    return config.decoding_kwargs(hp), (FLAGS.average_checkpoints
+                                        or hp.average_checkpoints)
 
 
 def prepare(directory):
@@ -339,23 +345,24 @@ def run_train(hp, spec, strategy, directory):
 def run_eval(spec, directory):
     from tfattn import data
     from tfattn import evaluation
-    decoding = decoding_settings(directory)
-    model, tokenizer, _ = run_dir.restore_model(
-        directory, average_last=FLAGS.average_checkpoints)
-    pairs = sources.load_pairs(spec, "test")
+    decoding, average = decoding_settings(directory)
+    model, tokenizer, _ = run_dir.restore_model(directory,
+                                                average_last=average)
+    split = FLAGS.eval_split
+    pairs = sources.load_pairs(spec, split)
     references = None
     if spec.kind == "multi30k" and spec.manual_dir:
         tok_dir = os.path.join(spec.manual_dir, os.pardir, "tok")
         try:
             references = data.load_tokenized_references(
-                "test", spec.target_language, tok_dir)
+                split, spec.target_language, tok_dir)
         except FileNotFoundError:
             logging.info("No tokenised references in %s.", tok_dir)
     metrics = evaluation.evaluate(
-        model, tokenizer, pairs, directory, "test", **decoding,
+        model, tokenizer, pairs, directory, split, **decoding,
         tokenized_references=references,
         target_language=spec.target_language if references else None)
-    print(f"BLEU on the test split: {metrics['bleu']:.2f} "
+    print(f"BLEU on the {split} split: {metrics['bleu']:.2f} "
           f"({metrics['bleu_signature']})")
     if "bleu_tokenized_lowercased" in metrics:
         print("Tokenised, lowercased BLEU: "
@@ -396,9 +403,9 @@ def attention_images(model, tokenizer, spec, directory, decoding, pairs):
 
 def run_export(directory):
     from tfattn import export
-    decoding = decoding_settings(directory)
-    model, tokenizer, _ = run_dir.restore_model(
-        directory, average_last=FLAGS.average_checkpoints)
+    decoding, average = decoding_settings(directory)
+    model, tokenizer, _ = run_dir.restore_model(directory,
+                                                average_last=average)
     export_dir = FLAGS.export_dir or os.path.join(directory, "export")
     overwrite = FLAGS.overwrite_export or not FLAGS.export_dir
     if os.path.lexists(export_dir) and not overwrite:

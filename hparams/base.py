@@ -23,6 +23,7 @@ HPARAMS = HParams(
     max_length=256,  # Not in the paper; tensor2tensor's length limit.
     share_embeddings=True,  # §3.4: one matrix for both embeddings...
     tie_output=True,  # ...and the pre-softmax projection.
+    embeddings_initializer="glorot_uniform",  # Keras's default.
     vocab_size=37000,  # §5.1: shared source-target vocabulary of ~37,000.
     tokenizer_model_type="bpe",  # Byte-pair encoding.
     # Training.
@@ -44,8 +45,11 @@ HPARAMS = HParams(
     checkpoint_every_steps=1000,  # Every 1,000 steps (and at the end).
     keep_checkpoints=5,  # The paper averages the last 5 checkpoints.
     log_every_steps=100,  # TensorBoard and progress bar interval.
+    eval_every_steps=0,  # No validation BLEU during training...
+    eval_sentences=200,  # ...(this many pairs when it is on).
     # Decoding.
     beam_size=4,  # §6.1: beam size 4...
     decode_alpha=0.6,  # ...length penalty α = 0.6...
     decode_extra_length=50,  # ...maximum output length input + 50.
+    average_checkpoints=1,  # Evaluate the last checkpoint.
 )

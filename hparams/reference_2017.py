@@ -30,6 +30,7 @@ HPARAMS = HParams(
     max_length=10,  # maxlen = 10 (tokens incl. </S>; the PE table size).
     share_embeddings=False,  # Separate de and en embeddings.
     tie_output=False,  # Output Dense with bias, untied.
+    embeddings_initializer="glorot_uniform",  # xavier_initializer, as the 2017 code.
     vocab_size=18559,  # Union of the min_cnt=20 word vocabularies (above).
     tokenizer_model_type="word",  # Whitespace words, not subwords.
     # Training.
@@ -51,8 +52,11 @@ HPARAMS = HParams(
     checkpoint_every_steps=1703,  # One epoch (~1,703 batches; §1.9).
     keep_checkpoints=20,  # Not in hyperparams.py: every epoch kept.
     log_every_steps=100,  # TensorBoard and progress bar interval.
+    eval_every_steps=0,  # The references log no validation score.
+    eval_sentences=200,  # (Pairs of that score, if turned on.)
     # Decoding.
     beam_size=1,  # Greedy argmax decoding.
     decode_alpha=0.0,  # No length penalty.
     decode_extra_length=10,  # Capped at maxlen = 10 by the PE table.
+    average_checkpoints=1,  # Evaluate the last checkpoint.
 )

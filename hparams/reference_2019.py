@@ -25,6 +25,7 @@ HPARAMS = HParams(
     max_length=100,  # --maxlen1 = --maxlen2 = 100 (the PE table).
     share_embeddings=True,  # One joint embedding matrix...
     tie_output=True,  # ...also used as the output projection (Eᵀ).
+    embeddings_initializer="glorot_uniform",  # xavier_initializer, as the 2019 code.
     vocab_size=32000,  # --vocab_size 32000.
     tokenizer_model_type="bpe",  # prepro.py: --model_type=bpe.
     # Training.
@@ -46,8 +47,11 @@ HPARAMS = HParams(
     checkpoint_every_steps=1534,  # One epoch (~1,534 batches; §2.11).
     keep_checkpoints=20,  # Saver(max_to_keep=num_epochs).
     log_every_steps=100,  # TensorBoard and progress bar interval.
+    eval_every_steps=0,  # The references log no validation score.
+    eval_sentences=200,  # (Pairs of that score, if turned on.)
     # Decoding.
     beam_size=1,  # Greedy argmax decoding.
     decode_alpha=0.0,  # No length penalty.
     decode_extra_length=100,  # Capped at maxlen2 = 100 by the PE table.
+    average_checkpoints=1,  # Evaluate the last checkpoint.
 )

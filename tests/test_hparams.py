@@ -24,7 +24,8 @@ def test_every_set_loads_and_round_trips(name):
 
 def test_registry_names():
     assert set(hparams.names()) == {
-        "tiny", "base", "big", "reference_2017", "reference_2019", "multi30k"}
+        "tiny", "base", "big", "reference_2017", "reference_2019", "multi30k",
+        "multi30k_reference"}
     for name, module in hparams.REGISTRY.items():
         assert module.__name__ == f"hparams.{name}"
 
@@ -159,6 +160,12 @@ def test_malformed_overrides(text):
     ("normalize_first=true,flavor=reference_2019", "normalize_first"),
     ("learning_rate_schedule=constant,learning_rate=none", "learning_rate"),
     ("max_train_length=1000", "max_train_length"),
+    ("embeddings_initializer=zeros", "embeddings_initializer"),
+    ("eval_every_steps=-1", "eval_every_steps"),
+    ("eval_sentences=0", "eval_sentences"),
+    ("learning_rate_schedule=cosine,learning_rate=none", "learning_rate"),
+    ("learning_rate_schedule=cosine,learning_rate=1e-3,warmup_steps=50,"
+     "train_steps=50", "train_steps"),
 ])
 def test_overridden_sets_are_validated(text, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
@@ -208,6 +215,38 @@ def test_json_round_trip_and_errors():
     data["num_heads"] = "4"
     with pytest.raises(ValueError, match="`num_heads`"):
         config.from_json(json.dumps(data))
+
+
+def test_json_saved_before_a_field_was_added_still_loads():
+    hp = hparams.get("tiny")
+    data = json.loads(config.to_json(hp))
+    for name in config.ADDED_FIELDS:
+        del data[name]
+    old = config.from_json(json.dumps(data))
+    for name, value in config.ADDED_FIELDS.items():
+        assert getattr(old, name) == value
+    # The values that reproduce an old run are those of the sets that
+    # predate the fields.
+    assert old == dataclasses.replace(hp, **config.ADDED_FIELDS)
+
+
+def test_scaled_normal_embeddings_have_std_num_units_to_the_minus_half():
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import numpy as np
+    from tfattn import Transformer
+
+    hp = dataclasses.replace(hparams.get("tiny"), num_units=64, num_heads=2,
+                             embeddings_initializer="scaled_normal")
+    model = Transformer(**config.model_kwargs(hp, 4000), seed=1)
+    model.build(((2, 3), (2, 3)))
+    table = model.source_embedding.embeddings.numpy()
+    # 256,000 draws: the sample std is within 1% of 64^-0.5 = 0.125.
+    assert abs(table.std() - 0.125) < 0.00125
+    assert abs(table.mean()) < 0.001
+    glorot = Transformer(**config.model_kwargs(hparams.get("tiny"), 4000))
+    assert glorot.embeddings_initializer.__class__.__name__ == "GlorotUniform"
+    restored = Transformer.from_config(model.get_config())
+    assert restored.embeddings_initializer.stddev == 0.125
 
 
 def test_differences_and_field_groups():

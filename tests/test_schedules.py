@@ -123,3 +123,31 @@ def test_config_round_trip_and_optimizer_serialization():
 def test_rejects_bad_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         NoamSchedule(**kwargs)
+
+
+def test_cosine_hparams_schedule_matches_the_formula():
+    """`learning_rate_schedule="cosine"`: Keras's CosineDecay with warmup,
+    checked against lr(s) = p·s/w for s < w, then
+    p·(1 + cos(π·(s - w)/(T - w)))/2, zero at s = T and after."""
+    import dataclasses
+
+    import hparams
+    from tfattn import training
+
+    hp = dataclasses.replace(hparams.get("tiny"),
+                             learning_rate_schedule="cosine",
+                             learning_rate=2e-3, warmup_steps=10,
+                             train_steps=110)
+    schedule = training.learning_rate_schedule(hp)
+    steps = np.array([0, 1, 5, 10, 11, 35, 60, 100, 109, 110, 500])
+    p, w, t = 2e-3, 10, 110
+    expected = np.where(
+        steps < w, p * steps / w,
+        p * 0.5 * (1 + np.cos(np.pi * np.minimum(steps - w, t - w) / (t - w))))
+    np.testing.assert_allclose(_values(schedule, steps), expected,
+                               rtol=1e-5, atol=1e-10)
+    # `total_steps` (e.g. from train_epochs) replaces train_steps.
+    longer = training.learning_rate_schedule(hp, total_steps=210)
+    assert float(longer(60)) > 0.8 * p > float(schedule(60))
+    with pytest.raises(ValueError, match="warmup_steps=10.*total_steps=10"):
+        training.learning_rate_schedule(hp, total_steps=10)

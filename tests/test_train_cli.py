@@ -367,15 +367,22 @@ def _saved_run(tmp_path, monkeypatch):
     write_text_atomically(run_dir.hparams_path(tmp_path),
                                   config.to_json(hparams.get("tiny")))
     seen = {}
-    monkeypatch.setattr(run_dir, "restore_model",
-                        lambda model_dir, average_last=1: ("model", "tok",
-                                                           None))
-    monkeypatch.setattr(train.sources, "load_pairs",
-                        lambda spec, split, limit=None: [("1", "one")])
+
+    def fake_restore(model_dir, average_last=1):
+        seen["average_last"] = average_last
+        return "model", "tok", None
+
+    def fake_load_pairs(spec, split, limit=None):
+        seen.setdefault("splits", []).append(split)
+        return [("1", "one")]
+
+    monkeypatch.setattr(run_dir, "restore_model", fake_restore)
+    monkeypatch.setattr(train.sources, "load_pairs", fake_load_pairs)
     monkeypatch.setattr(train, "attention_images", lambda *args: 0)
 
     def fake_evaluate(model, tokenizer, pairs, model_dir, split, **kwargs):
         seen["evaluate"] = kwargs
+        seen["split"] = split
         return {"bleu": 1.0, "bleu_signature": "sig"}
 
     def fake_export(model, tokenizer, export_dir, **kwargs):
@@ -421,6 +428,33 @@ def test_decoding_overrides_are_honoured_at_eval_and_export(tmp_path,
           f"--export_dir={tmp_path / 'elsewhere'}")
     train.main(["train.py"])
     assert seen["export"]["overwrite"] is True
+
+
+def test_eval_split_and_the_sets_checkpoint_average(tmp_path, monkeypatch):
+    """--eval_split picks the scored split (test by default); the set's
+    average_checkpoints applies unless --average_checkpoints or a decoding
+    override says otherwise."""
+    seen = _saved_run(tmp_path, monkeypatch)
+    parse(f"--model_dir={tmp_path}", "--mode=eval")
+    train.main(["train.py"])
+    assert (seen["split"], seen["average_last"]) == ("test", 1)
+    parse(f"--model_dir={tmp_path}", "--mode=eval", "--eval_split=validation",
+          "--hparams_overrides=average_checkpoints=3")
+    train.main(["train.py"])
+    assert (seen["split"], seen["average_last"]) == ("validation", 3)
+    assert seen["splits"][-1] == "validation"
+    parse(f"--model_dir={tmp_path}", "--mode=export",
+          "--hparams_overrides=average_checkpoints=3",
+          "--average_checkpoints=2")
+    train.main(["train.py"])
+    assert seen["average_last"] == 2
+    with pytest.raises(Exception, match="eval_split.*validation"):
+        parse(f"--model_dir={tmp_path}", "--mode=eval", "--eval_split=train")
+    parse(f"--model_dir={tmp_path}", "--mode=eval",
+          "--hparams_overrides=average_checkpoints=4")  # keep_checkpoints=3
+    with pytest.raises(SystemExit, match="average_checkpoints.*at most "
+                                         "keep_checkpoints=3"):
+        train.main(["train.py"])
 
 
 def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):

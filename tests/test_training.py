@@ -24,6 +24,7 @@ from tfattn import distribute
 from tfattn import run_dir
 from tfattn import training
 from tfattn.data import sources
+from tfattn.visualize import curves
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One block per stack halves the (dominant) tracing time of a test run.
@@ -31,6 +32,9 @@ TEST_HPARAMS = config.parse_overrides(
     hparams.get("tiny"),
     "num_layers=1,log_every_steps=5,checkpoint_every_steps=5,"
     "shuffle_buffer_size=1000")
+# The shared run also scores 8 validation pairs at steps 15 and 30.
+SCORED_HPARAMS = dataclasses.replace(TEST_HPARAMS, eval_every_steps=15,
+                                     eval_sentences=8)
 
 
 def checkpoint_steps(model_dir):
@@ -64,7 +68,7 @@ def trained(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("numbers")
     losses = []
     result = training.train(
-        TEST_HPARAMS, "numbers", model_dir, steps=30, verbose=0,
+        SCORED_HPARAMS, "numbers", model_dir, steps=30, verbose=0,
         on_step_end=lambda step, logs: losses.append(float(logs["loss"])))
     return result, str(model_dir), losses
 
@@ -85,7 +89,7 @@ def test_training_writes_its_directory(trained):
     assert checkpoint_steps(model_dir) == [20, 25, 30]  # keep_checkpoints=3
     assert result.checkpoint == os.path.join(model_dir, "ckpt-30")
     assert run_dir.load_saved_hparams(model_dir) == dataclasses.replace(
-        TEST_HPARAMS, train_steps=30)
+        SCORED_HPARAMS, train_steps=30)
     assert os.path.exists(os.path.join(model_dir, "spm.model"))
     events = os.listdir(os.path.join(model_dir, "train"))
     assert any(name.startswith("events.out.tfevents") for name in events)
@@ -104,7 +108,30 @@ def test_tensorboard_scalars(trained):
                 tags.setdefault(value.tag, []).append(event.step)
     for tag in ("loss", "accuracy", "learning_rate", "tokens_per_second"):
         assert tags[tag] == [5, 10, 15, 20, 25, 30], tag
+    assert tags["validation_bleu"] == [15, 30]
     assert "hparams" in tags
+
+
+@pytest.mark.slow
+def test_validation_bleu_is_greedy_bleu_of_the_first_pairs(trained):
+    """The logged score is sacreBLEU of the final model's greedy
+    translations of the first `eval_sentences` validation pairs."""
+    import sacrebleu
+
+    from tfattn import translate
+    from tfattn.data import sources
+
+    result, model_dir, _ = trained
+    pairs = sources.load_pairs(sources.parse_dataset_spec("numbers"),
+                               "validation", limit=8)
+    hypotheses = translate.translate_texts(
+        result.model, result.tokenizer, [s for s, _ in pairs], beam_size=1)
+    expected = sacrebleu.corpus_bleu(hypotheses, [[r for _, r in pairs]])
+    assert result.validation_bleu == pytest.approx(expected.score, abs=1e-9)
+    steps, values, _ = curves.read_scalars(
+        os.path.join(model_dir, "train"), "validation_bleu")
+    assert steps.tolist() == [15, 30]
+    assert values[-1] == pytest.approx(expected.score, abs=1e-4)
 
 
 @pytest.mark.slow

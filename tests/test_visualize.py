@@ -205,3 +205,39 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path):
         visualize.plot_attention(np.ones((2, 2)), ["a", "b"], ["c", "d"],
                                  path=tmp_path / "x.png")
     assert not os.listdir(tmp_path)
+
+
+def test_training_curve_from_event_files(tmp_path):
+    """`curves.read_scalars` returns what `tf.summary.scalar` wrote, sorted by
+    step, the later value winning at a repeated step (a resumed run);
+    `plot_curve` writes a PNG and names the tags it could not find."""
+    import tensorflow as tf
+
+    from tfattn.visualize import curves
+
+    pytest.importorskip("matplotlib")
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step, value in ((200, 5.0), (100, 2.5), (300, 7.25), (200, 6.0)):
+            tf.summary.scalar("validation_bleu", value, step=step)
+            tf.summary.scalar("loss", 10.0 / step, step=step)
+    writer.flush()
+    steps, values, times = curves.read_scalars(tmp_path, "validation_bleu")
+    assert steps.tolist() == [100, 200, 300]
+    assert values.tolist() == [2.5, 6.0, 7.25]
+    assert len(times) == 3
+    assert curves.read_scalars(tmp_path, "absent")[0].size == 0
+    assert curves.available_tags(tmp_path) == ["loss", "validation_bleu"]
+    out = tmp_path / "curve.png"
+    drawn = curves.plot_curve(tmp_path, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(drawn) == {"validation_bleu", "loss"}
+    with pytest.raises(ValueError, match="found: loss, validation_bleu"):
+        curves.plot_curve(tmp_path, tmp_path / "x.png", tags=["bleu"])
+    with pytest.raises(ValueError, match="log_dir"):
+        curves.read_scalars(tmp_path / "missing", "loss")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="events.out.tfevents"):
+        curves.read_scalars(empty, "loss")
+    assert not (tmp_path / "x.png").exists()

@@ -36,7 +36,10 @@ from tfattn.validation import invalid_argument
 _CONTEXT = "HParams"
 POSITIONAL_ENCODINGS = ("sinusoid", "sinusoid_2017", "learned")
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe", "char", "word")
-LEARNING_RATE_SCHEDULES = ("noam", "constant")
+LEARNING_RATE_SCHEDULES = ("noam", "constant", "cosine")
+# "glorot_uniform": Keras's default; "scaled_normal": N(0, num_units^-0.5),
+# as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale).
+EMBEDDINGS_INITIALIZERS = ("glorot_uniform", "scaled_normal")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,9 @@ class HParams:
     share_embeddings: bool
     # Output projection = the target embedding transposed (no extra weights).
     tie_output: bool
+    # Token table initialisation: "glorot_uniform" or "scaled_normal"
+    # (N(0, num_units^-0.5), tensor2tensor's and fairseq's).
+    embeddings_initializer: str
     # Requested size of the joint SentencePiece vocabulary, specials included
     # (a small corpus may support fewer; the trained size is used).
     vocab_size: int
@@ -88,7 +94,8 @@ class HParams:
     max_train_length: int
     # Pairs in the shuffle buffer ahead of length bucketing.
     shuffle_buffer_size: int
-    # "noam" (warmup then 1/sqrt(step) decay) or "constant".
+    # "noam" (warmup then 1/sqrt(step) decay), "constant", or "cosine"
+    # (warmup to learning_rate, then a cosine decay to 0 at the last step).
     learning_rate_schedule: str
     # noam: the peak rate, reached at warmup_steps (the 2019 code's form),
     # or None for the paper's num_units^-0.5 factor; constant: the rate.
@@ -118,6 +125,12 @@ class HParams:
     keep_checkpoints: int
     # Write TensorBoard scalars and update the progress bar this often.
     log_every_steps: int
+    # Every this many steps (and at the end), translate the first
+    # `eval_sentences` validation pairs greedily and log their BLEU (to
+    # TensorBoard as `validation_bleu`); 0 = never.
+    eval_every_steps: int
+    # Validation pairs of that score (a fixed subset, the split's first).
+    eval_sentences: int
 
     # --- Decoding (evaluation and export).
     # Beam width; 1 = greedy search.
@@ -126,6 +139,9 @@ class HParams:
     decode_alpha: float
     # Each output may be this many tokens longer than its source.
     decode_extra_length: int
+    # Evaluate and export the average of the last this many checkpoints
+    # (at most keep_checkpoints; train.py's --average_checkpoints wins).
+    average_checkpoints: int
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -141,15 +157,22 @@ MODEL_FIELDS = (
     "flavor", "num_layers", "num_units", "num_heads", "ffn_units",
     "dropout_rate", "attention_dropout_rate", "normalize_first",
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
-    "vocab_size", "tokenizer_model_type",
+    "embeddings_initializer", "vocab_size", "tokenizer_model_type",
 )
-DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length")
+DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
+                   "average_checkpoints")
 # Fields a resumed run may change: how long to train, how often to save and
 # log, and how to decode. Every other field must equal the saved one.
 RESUMABLE_FIELDS = (
     "train_steps", "train_epochs", "checkpoint_every_steps",
-    "keep_checkpoints", "log_every_steps",
+    "keep_checkpoints", "log_every_steps", "eval_every_steps",
+    "eval_sentences",
 ) + DECODING_FIELDS
+# Fields added after runs were saved, with the value that reproduces those
+# runs: a saved hparams.json without them still loads.
+ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
+                    eval_every_steps=0, eval_sentences=200,
+                    average_checkpoints=1)
 
 
 def field_names():
@@ -189,7 +212,16 @@ def model_kwargs(hp, vocab_size):
         positional_encoding=hp.positional_encoding,
         share_embeddings=hp.share_embeddings,
         tie_output=hp.tie_output,
+        embeddings_initializer=embeddings_initializer(hp),
     )
+
+
+def embeddings_initializer(hp):
+    """The Keras initializer (config dict) named by `hp.embeddings_initializer`."""
+    if hp.embeddings_initializer == "scaled_normal":
+        return {"class_name": "RandomNormal", "config": {
+            "mean": 0.0, "stddev": hp.num_units ** -0.5, "seed": None}}
+    return hp.embeddings_initializer
 
 
 # ----------------------------------------------------------------------
@@ -267,11 +299,13 @@ def _check_values(hp):
     choice("positional_encoding", POSITIONAL_ENCODINGS)
     choice("tokenizer_model_type", TOKENIZER_MODEL_TYPES)
     choice("learning_rate_schedule", LEARNING_RATE_SCHEDULES)
+    choice("embeddings_initializer", EMBEDDINGS_INITIALIZERS)
     for name in ("num_layers", "num_units", "num_heads", "ffn_units",
                  "max_length", "vocab_size", "max_train_length",
                  "shuffle_buffer_size", "warmup_steps",
                  "checkpoint_every_steps", "keep_checkpoints",
-                 "log_every_steps", "beam_size"):
+                 "log_every_steps", "eval_sentences", "beam_size",
+                 "average_checkpoints"):
         positive(name)
     for name in ("batch_size", "tokens_per_batch", "train_steps",
                  "train_epochs"):
@@ -285,6 +319,9 @@ def _check_values(hp):
     for name in ("loss_denominator_epsilon", "decode_alpha"):
         if getattr(hp, name) < 0:
             raise _invalid(name, "a float >= 0", getattr(hp, name))
+    if hp.eval_every_steps < 0:
+        raise _invalid("eval_every_steps", "an int >= 0 (0 = never)",
+                       hp.eval_every_steps)
     if hp.decode_extra_length < 0:
         raise _invalid("decode_extra_length", "an int >= 0",
                        hp.decode_extra_length)
@@ -296,10 +333,16 @@ def _check_values(hp):
     if hp.learning_rate is not None and not hp.learning_rate > 0:
         raise _invalid("learning_rate", "a float > 0 or None",
                        hp.learning_rate)
-    if hp.learning_rate_schedule == "constant" and hp.learning_rate is None:
+    if (hp.learning_rate_schedule in ("constant", "cosine")
+            and hp.learning_rate is None):
         raise _invalid("learning_rate",
-                       "a float > 0 with learning_rate_schedule='constant'",
-                       hp.learning_rate)
+                       "a float > 0 with learning_rate_schedule="
+                       f"{hp.learning_rate_schedule!r}", hp.learning_rate)
+    if (hp.learning_rate_schedule == "cosine" and hp.train_steps is not None
+            and hp.train_steps <= hp.warmup_steps):
+        raise _invalid("train_steps", "more than warmup_steps="
+                       f"{hp.warmup_steps} with learning_rate_schedule="
+                       "'cosine'", hp.train_steps)
     if hp.normalize_first and hp.flavor != "paper":
         raise _invalid("normalize_first",
                        f"False in flavor {hp.flavor!r} (the reference is "
@@ -311,6 +354,10 @@ def _check_values(hp):
             if getattr(hp, name) != fixed:
                 raise _invalid(name, f"{fixed} in flavor {hp.flavor!r}, "
                                "which the reference fixes", getattr(hp, name))
+    if hp.average_checkpoints > hp.keep_checkpoints:
+        raise _invalid("average_checkpoints",
+                       f"at most keep_checkpoints={hp.keep_checkpoints}",
+                       hp.average_checkpoints)
     if hp.max_train_length > hp.max_length:
         raise _invalid(
             "max_train_length",
@@ -471,6 +518,8 @@ def from_json(text):
     if not isinstance(data, dict):
         raise ValueError("Hparams JSON must be an object of field: value.")
     names = field_names()
+    data = {**{k: v for k, v in ADDED_FIELDS.items() if k not in data},
+            **data}
     unknown = sorted(set(data) - set(names))
     missing = [n for n in names if n not in data]
     if unknown or missing:

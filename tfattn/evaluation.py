@@ -279,3 +279,27 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
     write_text_atomically(metrics_path,
                        json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def greedy_bleu(model, tokenizer, pairs, batch_size=64, extra_length=50):
+    """Cased sacreBLEU (13a) of greedy translations of `pairs`: the cheap
+    score that training logs every `eval_every_steps` (a fixed subset of the
+    validation split, so that the curve is comparable across steps; not the
+    final beam-search score).
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: its `SubwordTokenizer`.
+        pairs: list of (source, reference) str pairs, at least one.
+        batch_size, extra_length: as in `translate_texts`.
+
+    Returns:
+        float, the BLEU score.
+    """
+    if not pairs:
+        raise invalid_argument("pairs", "at least one pair", pairs, _CONTEXT)
+    hypotheses = translate_texts(
+        model, tokenizer, [s for s, _ in pairs], beam_size=1,
+        batch_size=batch_size, extra_length=extra_length)
+    return bleu([" ".join(h.splitlines()) for h in hypotheses],
+                [r for _, r in pairs])["score"]

@@ -51,11 +51,13 @@ import tensorflow as tf
 from absl import logging
 
 from tfattn import config
+from tfattn import evaluation
 from tfattn import losses
 from tfattn import schedules
 from tfattn.data.pipeline import make_batches
 from tfattn.data.sources import build_tokenizer
 from tfattn.data.sources import check_dataset
+from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
 from tfattn.data.sources import parse_dataset_spec
 from tfattn.data.tokenizer import PAD_ID
@@ -87,22 +89,35 @@ SUMMARY_DIRNAME = "train"
 # ----------------------------------------------------------------------
 # Model and optimizer.
 
-def learning_rate_schedule(hp):
-    """The hparams' learning rate: a float or a `NoamSchedule`."""
+def learning_rate_schedule(hp, total_steps=None):
+    """The hparams' learning rate: a float, a `NoamSchedule`, or Keras's
+    `CosineDecay` from 0 with a linear warmup to `hp.learning_rate` over
+    `warmup_steps`, then down to 0 at `total_steps` (default
+    `hp.train_steps`)."""
     if hp.learning_rate_schedule == "constant":
         return hp.learning_rate
+    if hp.learning_rate_schedule == "cosine":
+        total_steps = total_steps or hp.train_steps
+        if total_steps is None or total_steps <= hp.warmup_steps:
+            raise ValueError(
+                "The cosine learning-rate schedule needs more training steps "
+                f"than warmup_steps={hp.warmup_steps}. Received: "
+                f"total_steps={total_steps}")
+        return keras.optimizers.schedules.CosineDecay(
+            0.0, total_steps - hp.warmup_steps, alpha=0.0,
+            warmup_target=hp.learning_rate, warmup_steps=hp.warmup_steps)
     return schedules.NoamSchedule(
         num_units=hp.num_units, warmup_steps=hp.warmup_steps,
         peak_learning_rate=hp.learning_rate, scale=hp.learning_rate_scale)
 
 
-def build_optimizer(hp, model, mixed_precision=None):
+def build_optimizer(hp, model, mixed_precision=None, total_steps=None):
     """Adam with the hparams' betas, epsilon and schedule, built for `model`.
 
     Under `mixed_float16` it is wrapped in a `LossScaleOptimizer`.
     """
     optimizer = keras.optimizers.Adam(
-        learning_rate=learning_rate_schedule(hp), beta_1=hp.adam_beta1,
+        learning_rate=learning_rate_schedule(hp, total_steps), beta_1=hp.adam_beta1,
         beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
     if mixed_precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -171,6 +186,9 @@ class TrainResult:
         loss: float or None. Mean loss over the last logging interval.
         accuracy: float or None. Token accuracy over that interval.
         tokens_per_second: float or None. Target tokens per second.
+        validation_bleu: float or None. The last `greedy_bleu` on the first
+            `eval_sentences` validation pairs (None without
+            `eval_every_steps`).
         checkpoint: str or None. The last checkpoint saved.
         hparams: HParams. The hparams used.
         model: Transformer. The trained model.
@@ -183,6 +201,7 @@ class TrainResult:
     loss: float | None
     accuracy: float | None
     tokens_per_second: float | None
+    validation_bleu: float | None
     checkpoint: str | None
     hparams: object
     model: object
@@ -253,8 +272,11 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     per_replica_batch(hp, strategy.num_replicas_in_sync)
     check_dataset(dataset)
     train_pairs = load_split(dataset, "train")
-    latest = tf.train.latest_checkpoint(model_dir)
     chief = is_chief(strategy)
+    validation_pairs = (load_pairs(dataset, "validation",
+                                   limit=hp.eval_sentences)
+                        if hp.eval_every_steps and chief else None)
+    latest = tf.train.latest_checkpoint(model_dir)
     write_dir = model_dir if chief else worker_dir(model_dir, strategy)
 
     # Seed before the tokenizer exists: `tf.random.set_seed` clears the eager
@@ -271,7 +293,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
 
     model, optimizer, step, train_step = build_trainer(
         strategy, hp, tokenizer.vocab_size, seed, mixed_precision,
-        jit_compile)
+        jit_compile, total_steps)
     checkpoint = tf.train.Checkpoint(model=model_weights(model),
                                      optimizer=optimizer, step=step)
     manager = tf.train.CheckpointManager(
@@ -285,8 +307,9 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     if start_step >= total_steps:
         logging.info("Already trained to step %d (target %d): nothing to do.",
                      start_step, total_steps)
-        return TrainResult(start_step, start_step, None, None, None, latest,
-                           hp, model, tokenizer, time.time() - started)
+        return TrainResult(start_step, start_step, None, None, None, None,
+                           latest, hp, model, tokenizer,
+                           time.time() - started)
 
     static = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
     iterator = iter(_distributed_batches(
@@ -320,7 +343,8 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     saved = latest
     pending = []  # (step, loss, tokens, correct) tensors not yet read.
     interval = dict(loss=0.0, tokens=0.0, correct=0.0, start=time.time())
-    last = dict(loss=None, accuracy=None, tokens_per_second=None)
+    last = dict(loss=None, accuracy=None, tokens_per_second=None,
+                validation_bleu=None)
 
     def flush():
         """Reads pending results; raises on the first non-finite loss."""
@@ -355,6 +379,20 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
                          "learning rate %.3g", at, last["loss"],
                          last["accuracy"], last["tokens_per_second"], rate)
         interval.update(loss=0.0, tokens=0.0, correct=0.0, start=time.time())
+
+    def score(at):
+        """Greedy BLEU on the validation subset, to the log and TensorBoard."""
+        flush()
+        begin = time.time()
+        last["validation_bleu"] = evaluation.greedy_bleu(
+            model, tokenizer, validation_pairs)
+        with writer.as_default(step=at):
+            tf.summary.scalar("validation_bleu", last["validation_bleu"])
+        writer.flush()
+        logging.info("step %d: validation BLEU %.2f (greedy, first %d "
+                     "validation pairs, %.1f s)", at, last["validation_bleu"],
+                     len(validation_pairs), time.time() - begin)
+        interval["start"] += time.time() - begin  # Not training time.
 
     def save(at):
         nonlocal saved
@@ -391,6 +429,9 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
             if (at % hp.log_every_steps == 0 or at == total_steps
                     or stopping):
                 log(at)
+            if validation_pairs and not stopping and (
+                    at % hp.eval_every_steps == 0 or at == total_steps):
+                score(at)
             if (at % hp.checkpoint_every_steps == 0 or at == total_steps
                     or stopping):
                 save(at)
@@ -413,8 +454,8 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     logging.info("Trained to step %d in %.1f s; last checkpoint %s.", at,
                  seconds, saved)
     return TrainResult(at, start_step, last["loss"], last["accuracy"],
-                       last["tokens_per_second"], saved, hp, model,
-                       tokenizer, seconds)
+                       last["tokens_per_second"], last["validation_bleu"],
+                       saved, hp, model, tokenizer, seconds)
 
 
 def _log_projection(seconds, steps, at, total_steps):
@@ -436,16 +477,17 @@ class Trainer(NamedTuple):
 
 
 def build_trainer(strategy, hp, vocab_size, seed=None, mixed_precision=None,
-                  jit_compile=False):
+                  jit_compile=False, total_steps=None):
     """The model, optimizer and step counter in `strategy`'s scope, and the
-    distributed `train_step` over them (`make_train_step`).
+    distributed `train_step` over them (`make_train_step`). `total_steps`
+    ends the cosine schedule (default `hp.train_steps`).
 
     Returns:
         A `Trainer(model, optimizer, step, train_step)`.
     """
     with strategy.scope():
         model = build_model(hp, vocab_size, seed, mixed_precision)
-        optimizer = build_optimizer(hp, model, mixed_precision)
+        optimizer = build_optimizer(hp, model, mixed_precision, total_steps)
         step = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="step",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)

@@ -70,6 +70,11 @@ class Transformer(keras.Model):
             None (the flavour's).
         share_embeddings: bool or None. One table for source and target.
         tie_output: bool or None. Output projection = target embeddingᵀ.
+        embeddings_initializer: a Keras initializer (or its name or config)
+            of the token tables. Defaults to `"glorot_uniform"` (about
+            N(0, 2/(V+C)): small rows beside the sinusoid); tensor2tensor and
+            fairseq draw N(0, C^-0.5), so that the rows, times sqrt(C), have
+            unit scale like the positional signal.
         seed: int or None. Dropout seed.
 
     Call arguments:
@@ -97,6 +102,7 @@ class Transformer(keras.Model):
         positional_encoding=None,
         share_embeddings=None,
         tie_output=None,
+        embeddings_initializer="glorot_uniform",
         seed=None,
         **kwargs,
     ):
@@ -133,6 +139,13 @@ class Transformer(keras.Model):
                 share_embeddings,
                 _CONTEXT,
             )
+        try:
+            initializer = keras.initializers.get(embeddings_initializer)
+        except (ValueError, TypeError) as error:
+            raise validation.invalid_argument(
+                "embeddings_initializer", "a Keras initializer or its name",
+                embeddings_initializer, _CONTEXT,
+            ) from error
         super().__init__(**kwargs)
         self.source_vocab_size = source_vocab_size
         self.target_vocab_size = target_vocab_size
@@ -148,6 +161,7 @@ class Transformer(keras.Model):
         self.positional_encoding = positional_encoding
         self.share_embeddings = share
         self.tie_output = tie
+        self.embeddings_initializer = initializer
         self.seed = seed
         vocab = target_vocab_size or source_vocab_size
 
@@ -155,11 +169,14 @@ class Transformer(keras.Model):
         # with the input shapes on the first call and when reloading).
         self.source_embedding = TokenEmbedding(
             source_vocab_size, num_units, dtype=self.dtype_policy,
-            name="source_embedding",
+            embeddings_initializer=initializer, name="source_embedding",
         )
         self.target_embedding = (
             self.source_embedding if share else TokenEmbedding(
-                vocab, num_units, dtype=self.dtype_policy, name="target_embedding"
+                vocab, num_units, dtype=self.dtype_policy,
+                embeddings_initializer=keras.initializers.get(
+                    keras.initializers.serialize(initializer)),
+                name="target_embedding"
             )
         )
         pe_kwargs = dict(kind=positional_encoding, max_length=max_length,
@@ -403,6 +420,8 @@ class Transformer(keras.Model):
             positional_encoding=self.positional_encoding,
             share_embeddings=self.share_embeddings,
             tie_output=self.tie_output,
+            embeddings_initializer=keras.initializers.serialize(
+                self.embeddings_initializer),
             seed=self.seed,
         )
         return config

@@ -1,0 +1,124 @@
+"""Padding share and training speed of two Multi30k settings, in one process.
+
+For each setting (an hparams set with overrides) this reads the real
+Multi30k training batches that `train.py` feeds (`tfattn.data.make_batches`
+with the set's `tokens_per_batch`, bucketing and length filter, the
+vocabulary `spm.model` of a trained `--model_dir`), and reports:
+
+- pairs, target tokens and padded target slots per batch, and the share of
+  padding in the source and target tensors, over `--batches` batches;
+- the training step's target tokens per second (`training.build_trainer`,
+  the step `train.py` runs) over the same batches, round by round,
+  interleaving the settings and keeping each one's best round.
+
+    python bench/multi30k_batches.py --model_dir=runs/m30k \\
+        --manual_dir=../shared/data/multi30k/raw --data_dir=runs/tfds \\
+        --before="tokens_per_batch=4096" --after=""
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import hparams  # noqa: E402
+from tfattn import config  # noqa: E402
+from tfattn import training  # noqa: E402
+from tfattn.data import SubwordTokenizer  # noqa: E402
+from tfattn.data import make_batches  # noqa: E402
+from tfattn.data import sources  # noqa: E402
+
+
+def batches_of(hp, tokenizer, spec, count):
+    dataset = make_batches(
+        sources.load_split(spec, "train").repeat(), tokenizer,
+        max_length=hp.max_train_length, batch_size=hp.batch_size,
+        tokens_per_batch=hp.tokens_per_batch,
+        shuffle_buffer_size=hp.shuffle_buffer_size, seed=0)
+    return [batch for batch in dataset.take(count).as_numpy_iterator()]
+
+
+def padding(batches):
+    stats = dict(pairs=[], target_tokens=[], target_slots=[],
+                 source_tokens=[], source_slots=[])
+    for features, labels in batches:
+        stats["pairs"].append(labels.shape[0])
+        stats["target_tokens"].append(int((labels != 0).sum()))
+        stats["target_slots"].append(labels.size)
+        stats["source_tokens"].append(int((features["source"] != 0).sum()))
+        stats["source_slots"].append(features["source"].size)
+    return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model_dir", required=True,
+                        help="a trained run's folder (its spm.model)")
+    parser.add_argument("--manual_dir", required=True)
+    parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--hparams", default="multi30k")
+    parser.add_argument("--before", default="tokens_per_batch=4096",
+                        help="overrides of the first setting")
+    parser.add_argument("--after", default="",
+                        help="overrides of the second setting")
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    spec = sources.parse_dataset_spec("multi30k", data_dir=args.data_dir,
+                                      manual_dir=args.manual_dir)
+    with open(os.path.join(args.model_dir, "spm.model"), "rb") as f:
+        tokenizer = SubwordTokenizer(f.read())
+    base = hparams.get(args.hparams)
+    settings = {}
+    for name, overrides in (("before", args.before), ("after", args.after)):
+        hp = config.parse_overrides(base, overrides)
+        batches = batches_of(hp, tokenizer, spec, args.batches)
+        keras.utils.set_random_seed(0)
+        trainer = training.build_trainer(tf.distribute.get_strategy(), hp,
+                                         tokenizer.vocab_size, seed=0)
+        timed = batches[:args.steps]
+        iterator = iter(tf.data.Dataset.from_generator(
+            lambda b=timed: iter(b),
+            output_signature=tf.nest.map_structure(
+                lambda x: tf.TensorSpec([None] * x.ndim, tf.as_dtype(x.dtype)),
+                timed[0])).repeat())
+        for _ in range(2):  # Trace first.
+            trainer.train_step(iterator)
+        settings[name] = (overrides, padding(batches), trainer, iterator)
+
+    best = {name: float("inf") for name in settings}
+    tokens = {}
+    for _ in range(args.rounds):
+        for name, (_, _, trainer, iterator) in settings.items():
+            start = time.perf_counter()
+            total = 0.0
+            for _ in range(args.steps):
+                _, count, _, _ = trainer.train_step(iterator)
+                total += float(count)
+            best[name] = min(best[name], time.perf_counter() - start)
+            tokens[name] = total
+    print(f"{args.batches} batches; best of {args.rounds} rounds x "
+          f"{args.steps} steps")
+    print(f"{'setting':8} {'overrides':28} {'pairs':>6} {'tgt tok':>8} "
+          f"{'src pad':>8} {'tgt pad':>8} {'ms/step':>8} {'tok/s':>7}")
+    for name, (overrides, stats, _, _) in settings.items():
+        speed = tokens[name] / best[name]
+        print(f"{name:8} {overrides or '(the set)':28} {stats['pairs']:6.0f} "
+              f"{stats['target_tokens']:8.0f} "
+              f"{1 - stats['source_tokens'] / stats['source_slots']:8.1%} "
+              f"{1 - stats['target_tokens'] / stats['target_slots']:8.1%} "
+              f"{1000 * best[name] / args.steps:8.0f} {speed:7.0f}")
+    print(f"after / before tokens/s: "
+          f"{tokens['after'] / best['after'] / (tokens['before'] / best['before']):.2f}")
+
+
+if __name__ == "__main__":
+    main()
