@@ -434,6 +434,29 @@ def test_sequences_longer_than_the_positional_table(small):
         small.generate(SOURCE, max_length=L + 1)
 
 
+@pytest.mark.parametrize("flavor", ["paper", "reference_2017", "reference_2019"])
+def test_decode_step_passes_the_encoder_cache_through(flavor):
+    """The projected encoder keys/values come back as the same tensors (so
+    beam search never reorders them; `decoding._reorder_cache`), eagerly and
+    in a graph; the self-attention buffers are new tensors."""
+    model = _model(flavor, randomize=False, num_layers=2)
+
+    def flags():
+        memory, keep = model.encode(SOURCE)
+        cache = model.init_decode_cache(memory, keep, 4)
+        _, new = model.decode_step(tf.fill([2], BOS_ID), tf.constant(0), cache)
+        return [(all(a is b for a, b in zip(tf.nest.flatten(old["cross"]),
+                                          tf.nest.flatten(now["cross"]))),
+                 any(a is b for a, b in zip(tf.nest.flatten(old["self"]),
+                                          tf.nest.flatten(now["self"]))))
+                for old, now in zip(cache, new)]
+
+    assert flags() == [(True, False)] * 2
+    seen = []
+    tf.function(lambda: seen.append(flags()) or 0)()
+    assert seen == [[(True, False)] * 2]
+
+
 def test_cache_from_another_model_size(small):
     deeper = _model("reference_2019", randomize=False, num_layers=2)
     wider = _model("reference_2019", randomize=False, num_layers=1, num_units=2 * C)

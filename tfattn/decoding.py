@@ -251,9 +251,7 @@ def beam_search(
         alive_seq = tf.gather(top_seq, alive_index, batch_dims=1)
         parents = tf.gather(top_beams, alive_index, batch_dims=1)
         flat_parents = tf.reshape(parents + row_offsets, [-1])
-        new_cache = tf.nest.map_structure(
-            lambda t: tf.gather(t, flat_parents), new_cache
-        )
+        new_cache = _reorder_cache(cache, new_cache, flat_parents)
 
         # Finished set: merge the new EOS / at-limit candidates into the old
         # K best (old ones first, so ties keep the earlier, shorter beam).
@@ -401,6 +399,18 @@ def _keep_shapes(body):
     return wrapped
 
 
+def _reorder_cache(cache, new_cache, flat_parents):
+    """Gathers each beam's cache from its parent beam, except the tensors
+    that `step_fn` passed through unchanged (the same tensor object, e.g. a
+    Transformer's projected encoder keys and values): those still hold the
+    start cache tiled over the beams, identical for all K beams of a row, so
+    gathering them by parent (always a beam of the same row) would copy
+    equal values onto themselves at every step."""
+    return tf.nest.map_structure(
+        lambda old, new: new if new is old else tf.gather(new, flat_parents),
+        cache, new_cache)
+
+
 def _call_step_fn(step_fn, ids, position, cache):
     """Calls `step_fn` and checks that the cache keeps its structure/shape."""
     outputs = step_fn(ids, position, cache)
@@ -426,6 +436,8 @@ def _call_step_fn(step_fn, ids, position, cache):
         ) from None
 
     def keep_shape(old, new):
+        if new is old:
+            return old  # Passed through: see `_reorder_cache`.
         new = tf.convert_to_tensor(new)
         if new.dtype != old.dtype or not new.shape.is_compatible_with(
             old.shape

@@ -8,6 +8,8 @@
 - `write_html(scores, source_tokens, target_tokens, path)`: one
   self-contained page in the manner of Tensor2Tensor's attention view.
 - `write_attention_summaries(...)`: the same maps as TensorBoard images.
+- `curves.plot_curve(log_dir, path)`: a run's TensorBoard scalars (e.g.
+  `validation_bleu` and `loss`) as a PNG, from its event files.
 - `python -m tfattn.visualize --model_dir=DIR --text="..." --output_dir=OUT`
   does all of it for a model that `train.py` trained.
 """
