@@ -98,6 +98,25 @@ def test_base_and_big_are_the_paper():
     assert (base.train_steps, big.train_steps) == (100_000, 300_000)
 
 
+def test_multi30k_reference_is_the_published_recipe():
+    """LividWo/Revisit-MMT README-baseline.md: transformer_tiny (4+4, 128,
+    FFN 256, 4 heads), shared embeddings, dropout 0.3, lr 0.005 inverse-sqrt
+    after 2,000 warmup updates, --max-tokens 4096 on 2 GPUs, 8,000 updates,
+    beam 5, the last 10 checkpoints averaged (post-norm, fairseq's default)."""
+    ref = hparams.get("multi30k_reference")
+    assert (ref.num_layers, ref.num_units, ref.ffn_units, ref.num_heads) == (
+        4, 128, 256, 4)
+    assert ref.share_embeddings and ref.tie_output and not ref.normalize_first
+    assert (ref.dropout_rate, ref.label_smoothing) == (0.3, 0.1)
+    assert (ref.learning_rate_schedule, ref.learning_rate,
+            ref.warmup_steps) == ("noam", 5e-3, 2000)
+    assert (ref.tokens_per_batch, ref.train_steps) == (8192, 8000)
+    assert (ref.keep_checkpoints, ref.average_checkpoints,
+            ref.beam_size) == (10, 10, 5)
+    # Ten checkpoints 400 steps apart: the average spans steps 4,400-8,000.
+    assert ref.checkpoint_every_steps * ref.keep_checkpoints <= ref.train_steps
+
+
 def test_unknown_set_lists_the_known_ones():
     with pytest.raises(ValueError, match="Unknown hparams set 'small'") as e:
         hparams.get("small")

@@ -132,13 +132,13 @@ def test_cosine_hparams_schedule_matches_the_formula():
     import dataclasses
 
     import hparams
-    from tfattn import training
+    from tfattn import optimization
 
     hp = dataclasses.replace(hparams.get("tiny"),
                              learning_rate_schedule="cosine",
                              learning_rate=2e-3, warmup_steps=10,
                              train_steps=110)
-    schedule = training.learning_rate_schedule(hp)
+    schedule = optimization.learning_rate_schedule(hp)
     steps = np.array([0, 1, 5, 10, 11, 35, 60, 100, 109, 110, 500])
     p, w, t = 2e-3, 10, 110
     expected = np.where(
@@ -147,7 +147,7 @@ def test_cosine_hparams_schedule_matches_the_formula():
     np.testing.assert_allclose(_values(schedule, steps), expected,
                                rtol=1e-5, atol=1e-10)
     # `total_steps` (e.g. from train_epochs) replaces train_steps.
-    longer = training.learning_rate_schedule(hp, total_steps=210)
+    longer = optimization.learning_rate_schedule(hp, total_steps=210)
     assert float(longer(60)) > 0.8 * p > float(schedule(60))
     with pytest.raises(ValueError, match="warmup_steps=10.*total_steps=10"):
-        training.learning_rate_schedule(hp, total_steps=10)
+        optimization.learning_rate_schedule(hp, total_steps=10)

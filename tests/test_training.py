@@ -24,6 +24,7 @@ from tfattn import distribute
 from tfattn import run_dir
 from tfattn import training
 from tfattn.data import sources
+from tfattn.data import training_input
 from tfattn.visualize import curves
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -358,7 +359,7 @@ def test_text_files_for_one_epoch(tmp_path):
         f"textfiles:{tmp_path / 'corpus'}", "src", "tgt")
     result = training.train(TEST_HPARAMS, spec, tmp_path / "run", epochs=1,
                             verbose=0)
-    expected = training.steps_per_epoch(result.hparams, result.tokenizer,
+    expected = training_input.steps_per_epoch(result.hparams, result.tokenizer,
                                         spec)
     assert 200 / 64 <= expected <= 12  # Buckets add partial batches.
     assert result.step == expected
@@ -714,7 +715,7 @@ def test_indivisible_global_batch_is_refused_before_anything_is_written(
 def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
     """The sharding policy: input pipeline i reads pairs i, i + n, ..."""
     pairs = [(f"s{i}", f"t{i}") for i in range(12)]
-    monkeypatch.setattr(training, "load_split", lambda spec, split: (
+    monkeypatch.setattr(training_input, "load_split", lambda spec, split: (
         tf.data.Dataset.from_tensor_slices(
             {"inputs": [p[0] for p in pairs],
              "targets": [p[1] for p in pairs]})))
@@ -724,7 +725,7 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
         seen.setdefault("kwargs", kwargs)
         return dataset.take(6)
 
-    monkeypatch.setattr(training, "make_batches", fake_make_batches)
+    monkeypatch.setattr(training_input, "make_batches", fake_make_batches)
 
     class TwoWorkers:
         num_replicas_in_sync = 2
@@ -735,7 +736,7 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
                 num_replicas_in_sync=2)) for i in range(2)]
 
     hp = config.parse_overrides(TEST_HPARAMS, "batch_size=64")
-    shards = training._distributed_batches(
+    shards = training_input.distributed_batches(
         TwoWorkers(), hp, None, None, seed=0, static_shapes=False)
     read = [[x["inputs"].decode() for x in shard.as_numpy_iterator()]
             for shard in shards]

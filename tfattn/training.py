@@ -53,11 +53,13 @@ from absl import logging
 from tfattn import config
 from tfattn import evaluation
 from tfattn import losses
-from tfattn import schedules
-from tfattn.data.pipeline import make_batches
+from tfattn.optimization import build_optimizer
+from tfattn.optimization import current_learning_rate
+from tfattn.data.training_input import distributed_batches
+from tfattn.data.training_input import steps_per_epoch
+from tfattn.data import training_input
 from tfattn.data.sources import build_tokenizer
 from tfattn.data.sources import check_dataset
-from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
 from tfattn.data.sources import parse_dataset_spec
 from tfattn.data.tokenizer import PAD_ID
@@ -89,88 +91,9 @@ SUMMARY_DIRNAME = "train"
 # ----------------------------------------------------------------------
 # Model and optimizer.
 
-def learning_rate_schedule(hp, total_steps=None):
-    """The hparams' learning rate: a float, a `NoamSchedule`, or Keras's
-    `CosineDecay` from 0 with a linear warmup to `hp.learning_rate` over
-    `warmup_steps`, then down to 0 at `total_steps` (default
-    `hp.train_steps`)."""
-    if hp.learning_rate_schedule == "constant":
-        return hp.learning_rate
-    if hp.learning_rate_schedule == "cosine":
-        total_steps = total_steps or hp.train_steps
-        if total_steps is None or total_steps <= hp.warmup_steps:
-            raise ValueError(
-                "The cosine learning-rate schedule needs more training steps "
-                f"than warmup_steps={hp.warmup_steps}. Received: "
-                f"total_steps={total_steps}")
-        return keras.optimizers.schedules.CosineDecay(
-            0.0, total_steps - hp.warmup_steps, alpha=0.0,
-            warmup_target=hp.learning_rate, warmup_steps=hp.warmup_steps)
-    return schedules.NoamSchedule(
-        num_units=hp.num_units, warmup_steps=hp.warmup_steps,
-        peak_learning_rate=hp.learning_rate, scale=hp.learning_rate_scale)
-
-
-def build_optimizer(hp, model, mixed_precision=None, total_steps=None):
-    """Adam with the hparams' betas, epsilon and schedule, built for `model`.
-
-    Under `mixed_float16` it is wrapped in a `LossScaleOptimizer`.
-    """
-    optimizer = keras.optimizers.Adam(
-        learning_rate=learning_rate_schedule(hp, total_steps), beta_1=hp.adam_beta1,
-        beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
-    if mixed_precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables)
-    return optimizer
-
-
-def _current_learning_rate(optimizer):
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    rate = inner.learning_rate
-    return float(rate.numpy() if hasattr(rate, "numpy") else rate)
-
-
 def _weights_finite(model):
     return all(bool(tf.reduce_all(tf.math.is_finite(
         tf.convert_to_tensor(v)))) for v in model.trainable_variables)
-
-
-# ----------------------------------------------------------------------
-# Input.
-
-
-def _distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
-    """Repeated, per-replica bucketed batches of the training split.
-
-    Sharding policy: each input pipeline (one per worker) reads every
-    `num_input_pipelines`-th pair from its `input_pipeline_id` on (a
-    `Dataset.shard` of the records, so workers never share a pair), and
-    each replica gets its `per_replica_batch` of the global batch.
-    """
-    batch_size, tokens = per_replica_batch(hp, strategy.num_replicas_in_sync)
-
-    def dataset_fn(context):
-        pairs = load_split(spec, "train")
-        if context.num_input_pipelines > 1:
-            pairs = pairs.shard(context.num_input_pipelines,
-                                context.input_pipeline_id)
-        return make_batches(
-            pairs.repeat(), tokenizer, max_length=hp.max_train_length,
-            batch_size=batch_size, tokens_per_batch=tokens,
-            shuffle_buffer_size=hp.shuffle_buffer_size,
-            seed=seed + 1009 * context.input_pipeline_id,
-            pad_to_max_length=static_shapes, drop_remainder=static_shapes)
-
-    return strategy.distribute_datasets_from_function(dataset_fn)
-
-
-def steps_per_epoch(hp, tokenizer, spec):
-    """Batches in one pass over the training split (global batches)."""
-    batches = make_batches(
-        load_split(spec, "train"), tokenizer, max_length=hp.max_train_length,
-        batch_size=hp.batch_size, tokens_per_batch=hp.tokens_per_batch)
-    return int(batches.reduce(np.int64(0), lambda n, _: n + 1))
 
 
 # ----------------------------------------------------------------------
@@ -273,8 +196,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     check_dataset(dataset)
     train_pairs = load_split(dataset, "train")
     chief = is_chief(strategy)
-    validation_pairs = (load_pairs(dataset, "validation",
-                                   limit=hp.eval_sentences)
+    validation_pairs = (training_input.validation_pairs(dataset, hp)
                         if hp.eval_every_steps and chief else None)
     latest = tf.train.latest_checkpoint(model_dir)
     write_dir = model_dir if chief else worker_dir(model_dir, strategy)
@@ -312,7 +234,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
                            time.time() - started)
 
     static = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
-    iterator = iter(_distributed_batches(
+    iterator = iter(distributed_batches(
         strategy, hp, tokenizer, dataset, seed + start_step, static))
     writer = (tf.summary.create_file_writer(
         os.path.join(model_dir, SUMMARY_DIRNAME)) if chief
@@ -364,7 +286,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
         last.update(loss=interval["loss"] / tokens,
                     accuracy=interval["correct"] / tokens,
                     tokens_per_second=interval["tokens"] / seconds)
-        rate = _current_learning_rate(optimizer)
+        rate = current_learning_rate(optimizer)
         with writer.as_default(step=at):
             for tag in ("loss", "accuracy", "tokens_per_second"):
                 tf.summary.scalar(tag, last[tag])
