@@ -169,7 +169,19 @@ def test_paper_matches_keras_padding_mask():
     # Two models: keras' layer clears the implicit masks of its inputs.
     got = keras.Model(inp, ours(embed(inp), embed(inp)))(ids)
     want = keras.Model(inp, theirs(embed(inp), embed(inp)))(ids)
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    # Keras 3.15's fused path (no scores, no dropout) gives a padded query,
+    # which sees no key, uniform weights; its scores path gives it zero
+    # weights, as tfattn does (the padded positions are checked below).
+    np.testing.assert_allclose(np.asarray(got)[0, :3], np.asarray(want)[0, :3],
+                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(got)[1], np.asarray(want)[1],
+                               atol=1e-5, rtol=0)
+    scored = keras.Model(inp, theirs(embed(inp), embed(inp),
+                                     return_attention_scores=True)[0])(ids)
+    np.testing.assert_allclose(got, scored, atol=1e-5, rtol=0)
+    bias = ours.output_dense.bias.numpy()
+    np.testing.assert_allclose(np.asarray(got)[0, 3:], np.stack([bias, bias]),
+                               atol=1e-6)
     # The padding mask must matter: without it the output differs.
     plain = tf.identity(embed(ids))  # the same values without the mask
     unmasked = ours(plain, plain)
@@ -353,7 +365,7 @@ def test_reference_flavours_need_num_units_equal_to_queries_width(flavor):
         ((_inputs(), _inputs(), _inputs(length=4)), {}, r"`values`.*same length as `keys` \(5\).*\(2, 4, 8\)"),
         ((_inputs(),), dict(key_masks=np.zeros((B, T), bool)), r"`key_masks`.*outside flavor 'reference_2019'"),
         ((_inputs(),), dict(attention_mask=np.ones((B, T, T), "float32")), r"`attention_mask`.*bool.*dtype float32"),
-        ((_inputs(),), dict(attention_mask=np.ones((B, T), bool)), r"`attention_mask`.*\[B, T_q, T_k\].*shape \(2, 5\)"),
+        ((_inputs(),), dict(attention_mask=np.ones((B, T), bool)), r"`attention_mask`.*\[T_q, T_k\].*\(2, 2, 5, 5\).*shape \(2, 5\)"),
     ],
 )
 def test_call_rejects_bad_inputs(args, kwargs, pattern):
@@ -456,3 +468,201 @@ def test_query_chunking_changes_no_number(flavor):
 def test_query_chunk_size_is_checked():
     with pytest.raises(ValueError, match=r"argument `query_chunk_size`.*query_chunk_size=0"):
         tfattn.MultiHeadAttention(query_chunk_size=0)
+
+
+# --------------------------------------------------------------------------
+# Issue 14: fully masked queries and Keras's mask shapes.
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_paper_fully_masked_query_gets_zero_weights_as_keras(policy, chunk):
+    """A query row of `attention_mask` that is all False: all-zero weights,
+    so the output is the output projection's bias, as Keras 3.15 gives with
+    `return_attention_scores=True` (its layer with the same weights, in
+    float32); the reference flavours keep uniform weights (spec §5)."""
+    x, memory = _inputs(0, zero_rows=False), _inputs(1, zero_rows=False)
+    attend = np.random.default_rng(5).random((B, T, T)) > 0.4
+    attend[:, :, 0] = True
+    attend[1, 2, :] = False  # query 2 of row 1 sees nothing
+    ours = _built("paper", x, query_chunk_size=chunk)
+    # Keras's scores path zeroes such rows (its fused path, without scores,
+    # gives them uniform weights: Keras 3.15 is not consistent there).
+    want = np.asarray(_keras_twin(ours)(x, memory, attention_mask=attend,
+                                        return_attention_scores=True)[0])
+    bias = ours.output_dense.bias.numpy()
+    np.testing.assert_allclose(want[1, 2], bias, atol=1e-6)
+    try:
+        keras.config.set_dtype_policy(policy)
+        low = tfattn.MultiHeadAttention(num_heads=H, query_chunk_size=chunk)
+        low(x, memory)
+        for a, b in zip(low.weights, ours.weights):
+            a.assign(b)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    got, weights = low(x, memory, attention_mask=attend,
+                       return_attention_scores=True)
+    weights = np.asarray(weights)
+    assert np.all(weights[1, :, 2] == 0.0)
+    assert np.all(np.isfinite(np.asarray(got, "float32")))
+    tol = 1e-5 if policy == "float32" else 5e-2
+    np.testing.assert_allclose(np.asarray(got, "float32"), want, atol=tol,
+                               rtol=tol)
+    for flavor in ("reference_2017", "reference_2019"):
+        ref = _built(flavor, x, query_chunk_size=chunk)
+        _, w = ref(x, attention_mask=attend, return_attention_scores=True)
+        np.testing.assert_allclose(np.asarray(w)[1, :, 2], 1.0 / T, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(T, T), (1, T, T), (B, T, T), (1, 1, T, T),
+                                   (B, 1, T, T), (1, H, T, T), (B, H, T, T)])
+def test_attention_masks_broadcast_as_in_keras(shape):
+    """Rank 2, 3 and 4 masks with 1 for the batch or head axis: the output
+    equals the one of the mask expanded to [B, H, T_q, T_k] by NumPy, and
+    Keras's layer with the same weights where its shapes allow."""
+    x, memory = _inputs(0, zero_rows=False), _inputs(1, zero_rows=False)
+    rng = np.random.default_rng(7)
+    mask = rng.random(shape) > 0.4
+    mask[..., 0] = True
+    ours = _built("paper", x)
+    got, weights = ours(x, memory, attention_mask=mask,
+                        return_attention_scores=True)
+    full = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    if mask.ndim == 3:
+        full = mask[:, None]
+    full = np.broadcast_to(full, (B, H, T, T))
+    weights = np.asarray(weights)
+    assert np.all(weights[~full] == 0.0) and np.all(weights[full] > 0.0)
+    if len(shape) < 4 or shape[1] == 1:
+        keras_mask = mask if len(shape) < 4 else mask[:, 0]
+        want = _keras_twin(ours)(x, memory, attention_mask=keras_mask)
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(B + 1, T, T), (T,), (B, H + 1, T, T),
+                                   (T, T + 1), (1, 1, 1, T, T)])
+def test_attention_mask_that_does_not_broadcast_names_both_shapes(shape):
+    x = _inputs(0, zero_rows=False)
+    layer = _built("paper", x)
+    with pytest.raises(ValueError) as info:
+        layer(x, attention_mask=np.ones(shape, bool))
+    message = str(info.value)
+    assert "`attention_mask`" in message and str(shape) in message
+    assert f"({B}, {H}, {T}, {T})" in message
+
+
+def _load_keras_weights(ours, theirs):
+    """tfattn's paper projections from Keras's EinsumDense weights:
+    kernels (C, H, d) -> (C, H·d), biases (H, d) -> (H·d), the output kernel
+    (H, d_v, O) -> (H·d_v, O)."""
+    dense = [ours.query_dense, ours.key_dense, ours.value_dense]
+    parts = [theirs._query_dense, theirs._key_dense, theirs._value_dense]
+    for mine, keras_part in zip(dense, parts):
+        mine.kernel.assign(np.reshape(keras_part.kernel.numpy(),
+                                      mine.kernel.shape))
+        if mine.bias is not None:
+            mine.bias.assign(np.reshape(keras_part.bias.numpy(), [-1]))
+    out = theirs._output_dense
+    ours.output_dense.kernel.assign(np.reshape(out.kernel.numpy(),
+                                               ours.output_dense.kernel.shape))
+    if ours.output_dense.bias is not None:
+        ours.output_dense.bias.assign(out.bias.numpy())
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(key_dim=4),
+    dict(key_dim=4, value_dim=2, output_shape=6),
+    dict(key_dim=3, value_dim=5, output_shape=(7,), use_bias=False),
+    dict(key_dim=2, kernel_initializer="he_normal", bias_initializer="ones"),
+])
+def test_paper_takes_keras_projection_arguments(kwargs):
+    """key_dim / value_dim / output_shape / use_bias with Keras's meaning:
+    Keras's layer with the same weights gives the same outputs and scores,
+    with a query width (8) that num_heads=3 does not divide and values of
+    another width (5); config and .keras round trips keep every argument."""
+    rng = np.random.default_rng(11)
+    query = rng.normal(size=(B, T, C)).astype("float32")
+    value = rng.normal(size=(B, T + 2, 5)).astype("float32")
+    mask = rng.random((B, T, T + 2)) > 0.3
+    mask[1, 3] = False  # a query that sees nothing
+    theirs = keras.layers.MultiHeadAttention(num_heads=3, **kwargs)
+    theirs(query, value)
+    for w in theirs.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    ours = tfattn.MultiHeadAttention(num_heads=3, **kwargs)
+    ours(query, value)
+    assert len(ours.weights) == len(theirs.weights)
+    _load_keras_weights(ours, theirs)
+    want, want_scores = theirs(query, value, attention_mask=mask,
+                               return_attention_scores=True)
+    got, scores = ours(query, value, attention_mask=mask,
+                       return_attention_scores=True)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    assert ours.compute_output_shape(query.shape, value.shape) == got.shape
+    config = ours.get_config()
+    for name in ("key_dim", "value_dim", "use_bias"):
+        if name in kwargs:
+            assert config[name] == kwargs[name]
+    clone = tfattn.MultiHeadAttention.from_config(config)
+    clone(query, value)
+    clone.set_weights(ours.get_weights())
+    np.testing.assert_allclose(clone(query, value, attention_mask=mask), got,
+                               atol=1e-6)
+
+
+def test_initializers_regularizers_and_constraints_reach_every_projection():
+    x = _inputs(0, zero_rows=False)
+    layer = tfattn.MultiHeadAttention(
+        num_heads=H, kernel_initializer="ones", bias_initializer="ones",
+        kernel_regularizer=keras.regularizers.L2(0.5), bias_regularizer="l1",
+        kernel_constraint=keras.constraints.MaxNorm(0.5),
+        bias_constraint="non_neg", activity_regularizer="l2")
+    layer(x)
+    dense = [layer.query_dense, layer.key_dense, layer.value_dense,
+             layer.output_dense]
+    for d in dense:
+        assert np.all(d.kernel.numpy() == 1) and np.all(d.bias.numpy() == 1)
+        assert isinstance(d.kernel_constraint, keras.constraints.MaxNorm)
+    weight_losses = [float(loss) for d in dense for loss in d.losses]
+    want = [v for d in dense for v in (
+        0.5 * np.sum(d.kernel.numpy() ** 2), 0.01 * np.sum(np.abs(d.bias.numpy())))]
+    np.testing.assert_allclose(sorted(weight_losses), sorted(want), rtol=1e-6)
+    # The layer's own activity regulariser adds one more.
+    assert len(layer.losses) == len(want) + 1
+    clone = tfattn.MultiHeadAttention.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    assert isinstance(clone.kernel_constraint, keras.constraints.MaxNorm)
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(key_dim=0), r"`key_dim`.*positive integer.*key_dim=0"),
+    (dict(key_dim=4, value_dim=-1), r"`value_dim`.*value_dim=-1"),
+    (dict(value_dim=4), r"`value_dim`.*unless `key_dim`.*value_dim=4"),
+    (dict(key_dim=4, num_units=6), r"`num_units`.*num_heads \* key_dim = 8"),
+    (dict(output_shape="wide"), r"`output_shape`.*output_shape='wide'"),
+    (dict(output_shape=(4, 4)), r"`output_shape`.*output_shape=\(4, 4\)"),
+    (dict(output_shape=0), r"`output_shape`.*output_shape=0"),
+    (dict(use_bias="yes"), r"`use_bias`.*use_bias='yes'"),
+    (dict(kernel_initializer="nope"), r"`kernel_initializer`.*'nope'"),
+    (dict(bias_regularizer="nope"), r"`bias_regularizer`.*'nope'"),
+    (dict(kernel_constraint=3), r"`kernel_constraint`.*kernel_constraint=3"),
+    (dict(flavor="reference_2019", key_dim=4),
+     r"`key_dim`.*None in flavor 'reference_2019'"),
+    (dict(flavor="reference_2017", use_bias=False),
+     r"`use_bias`.*True in flavor 'reference_2017'"),
+    (dict(flavor="reference_2019", output_shape=8), r"`output_shape`"),
+])
+def test_bad_projection_arguments(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        tfattn.MultiHeadAttention(num_heads=H, **kwargs)
+
+
+def test_compute_output_shape_checks_shapes_as_keras():
+    layer = tfattn.MultiHeadAttention(num_heads=H, key_dim=3, output_shape=6)
+    assert layer.compute_output_shape((B, T, C), (B, 7, 5)) == (B, T, 6)
+    with pytest.raises(ValueError, match="`values` and `keys`, except the "
+                                         "last one, must be equal"):
+        layer.compute_output_shape((B, T, C), (B, 7, 5), (B, 6, 5))
+    with pytest.raises(ValueError, match="`keys`.*rank-3"):
+        layer.compute_output_shape((B, T, C), (5,))

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfattn import validation
+from tfattn.layers import attention_arguments as arguments
 from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
 from tfattn.validation import FLAVORS
@@ -49,9 +50,14 @@ class MultiHeadAttention(keras.layers.Layer):
     t see keys <= t.
     Masks are broadcast, never expanded to [B, H, T_q, T_k] beforehand.
 
+    A query whose keys are all masked (a padded query, in the paper flavour,
+    which masks padded queries as Keras does) gets all-zero weights in the
+    paper flavour, as `keras.layers.MultiHeadAttention` (Keras 3.15), so its
+    output is the output projection's bias; the reference flavours give it
+    uniform weights, as the referenced code does (spec §5).
+
     Precision: masking and softmax run in float32, so the layer stays finite
-    under `mixed_float16` and `mixed_bfloat16` (a query with every key masked
-    gets uniform weights, as in the reference), and float32 keeps the
+    under `mixed_float16` and `mixed_bfloat16`, and float32 keeps the
     reference's numbers.
 
     Args:
@@ -71,7 +77,21 @@ class MultiHeadAttention(keras.layers.Layer):
             memory instead of all of them; same numbers. "auto" chunks by 512
             once T_q·T_k >= 2048²; None never chunks. Not used while
             dropout is active. Defaults to `"auto"`.
-        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+        key_dim, value_dim: int or None. Keras's per-head widths (paper
+            flavour): queries and keys are projected to H·key_dim, values to
+            H·value_dim (default key_dim), and `num_heads` need not divide
+            the input width. None (default): every head is num_units / H.
+        output_shape: int, a tuple of one int, or None. Width of the output
+            projection (paper flavour). Defaults to the query width when
+            `key_dim` is given, else `num_units`.
+        use_bias: bool. Biases in the projections (paper flavour; the
+            references have them). Defaults to `True`.
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, kernel_constraint, bias_constraint: as in
+            `keras.layers.Dense`, applied to every projection. Defaults:
+            `"glorot_uniform"`, `"zeros"`, None...
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            `activity_regularizer`, ...).
 
     Call arguments:
         queries: [B, T_q, C_q].
@@ -79,7 +99,8 @@ class MultiHeadAttention(keras.layers.Layer):
         values: [B, T_k, C_v]. Defaults to `keys`. Not accepted by
             `reference_2017`, whose V is projected from the keys.
         key_masks: bool [B, T_k], True = padding (`reference_2019` only).
-        attention_mask: bool [B, T_q, T_k], True = may attend.
+        attention_mask: bool, True = may attend: [T_q, T_k], [B or 1, T_q,
+            T_k] or [B or 1, H or 1, T_q, T_k], broadcast as Keras does.
         padding_mask: bool [B, T_k], True = a real key (Keras polarity), in
             every flavour; combined with the flavour's own masks. The stacks
             pass their padding through it.
@@ -120,9 +141,28 @@ class MultiHeadAttention(keras.layers.Layer):
         flavor="paper",
         seed=None,
         query_chunk_size="auto",
+        key_dim=None,
+        value_dim=None,
+        output_shape=None,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         num_heads = validation.check_positive_int("num_heads", num_heads, _CONTEXT)
+        flavor = validation.check_choice("flavor", flavor, FLAVORS, _CONTEXT)
+        output_shape, use_bias, dense_options = arguments.check_projections(
+            flavor, num_units, num_heads, key_dim, value_dim, output_shape,
+            use_bias, kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+        )
         if query_chunk_size not in (None, "auto"):
             validation.check_positive_int(
                 "query_chunk_size", query_chunk_size, _CONTEXT
@@ -131,11 +171,16 @@ class MultiHeadAttention(keras.layers.Layer):
             num_units = validation.check_positive_int(
                 "num_units", num_units, _CONTEXT
             )
-            _check_divisible(num_units, num_heads)
+            arguments.check_divisible(num_units, num_heads)
         dropout_rate = validation.check_rate("dropout_rate", dropout_rate, _CONTEXT)
         causality = validation.check_bool("causality", causality, _CONTEXT)
-        flavor = validation.check_choice("flavor", flavor, FLAVORS, _CONTEXT)
         super().__init__(**kwargs)
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.output_shape_ = output_shape
+        self.use_bias = use_bias
+        for name, value in dense_options.items():
+            setattr(self, name, value)
         self.num_units = num_units
         self.num_heads = num_heads
         self.dropout_rate = dropout_rate
@@ -154,8 +199,8 @@ class MultiHeadAttention(keras.layers.Layer):
             validation.check_rank("values", values_shape, 3, "[B, T_k, C]", _CONTEXT)
         else:
             values_shape = keys_shape
-        units = self.num_units or queries_shape[-1]
-        _check_divisible(units, self.num_heads)
+        units, value_units, output_units = self._widths(queries_shape)
+        arguments.check_divisible(units, self.num_heads)
         if self.flavor != "paper" and units != queries_shape[-1]:
             raise validation.invalid_argument(
                 "num_units",
@@ -165,29 +210,24 @@ class MultiHeadAttention(keras.layers.Layer):
                 _CONTEXT,
             )
         self.units = units
+        self.value_units = value_units
         dense_kwargs = dict(
-            units=units,
             activation="relu" if self.flavor == "reference_2017" else None,
-            use_bias=True,
-            kernel_initializer="glorot_uniform",
-            bias_initializer="zeros",
+            use_bias=self.use_bias,
             dtype=self.dtype_policy,
+            **self._dense_options(),
         )
-        self.query_dense = keras.layers.Dense(name="query_dense", **dense_kwargs)
+        self.query_dense = keras.layers.Dense(units, name="query_dense", **dense_kwargs)
         self.query_dense.build(queries_shape)
-        self.key_dense = keras.layers.Dense(name="key_dense", **dense_kwargs)
+        self.key_dense = keras.layers.Dense(units, name="key_dense", **dense_kwargs)
         self.key_dense.build(keys_shape)
-        self.value_dense = keras.layers.Dense(name="value_dense", **dense_kwargs)
+        self.value_dense = keras.layers.Dense(
+            value_units, name="value_dense", **dense_kwargs)
         self.value_dense.build(values_shape)
         if self.flavor == "paper":
             self.output_dense = keras.layers.Dense(
-                units,
-                use_bias=True,
-                kernel_initializer="glorot_uniform",
-                dtype=self.dtype_policy,
-                name="output_dense",
-            )
-            self.output_dense.build(tuple(queries_shape[:-1]) + (units,))
+                output_units, name="output_dense", **dense_kwargs)
+            self.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
         else:
             self.layer_norm = keras.layers.LayerNormalization(
                 epsilon=1e-8, dtype=self.dtype_policy, name="layer_norm"
@@ -233,7 +273,7 @@ class MultiHeadAttention(keras.layers.Layer):
             value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
             key_keep = self._key_keep(keys, values, key_masks, padding_mask)
             if cache is not None:
-                cache = _write_cache(cache, cache_index, key, value, key_keep)
+                cache = arguments.write_cache(cache, cache_index, key, value, key_keep)
                 key, value, key_keep = cache["key"], cache["value"], cache["keep"]
                 query_offset = cache_index
 
@@ -275,6 +315,9 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout=dropout,
             query_chunk_size=self.query_chunk_size,
             return_weights=return_attention_scores,
+            # Keras 3 gives a query with no visible key all-zero weights;
+            # the referenced code gives it uniform ones (spec §5).
+            fully_masked="zero" if self.flavor == "paper" else "uniform",
         )
         output = attention_ops.merge_heads(output)
         if self.flavor == "paper":
@@ -313,9 +356,10 @@ class MultiHeadAttention(keras.layers.Layer):
             the layer writes the new keys there and returns the updated cache.
         """
         shape = (batch_size, self.num_heads, max_length, self.units // self.num_heads)
+        value_shape = shape[:3] + (self.value_units // self.num_heads,)
         return {
             "key": ops.zeros(shape, self.compute_dtype),
-            "value": ops.zeros(shape, self.compute_dtype),
+            "value": ops.zeros(value_shape, self.compute_dtype),
             "keep": ops.zeros((batch_size, max_length), "bool"),
         }
 
@@ -380,15 +424,13 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"<tensor of shape {validation.shape_of(key_masks)}>",
                     _CONTEXT,
                 )
-            _check_mask("key_masks", key_masks, (batch, t_k), "[B, T_k]")
+            arguments.check_mask("key_masks", key_masks, (batch, t_k), "[B, T_k]")
         if cache is not None:
             t_k = self._check_cache(cache, cache_index, batch)
         if attention_mask is not None:
-            _check_mask(
-                "attention_mask", attention_mask, (batch, t_q, t_k), "[B, T_q, T_k]"
-            )
+            arguments.check_attention_mask(attention_mask, (batch, self.num_heads, t_q, t_k))
         if padding_mask is not None:
-            _check_mask("padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
+            arguments.check_mask("padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
 
     def _check_cache(self, cache, cache_index, batch):
         """Checks a cache against this layer; returns its key length."""
@@ -422,9 +464,32 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         return shape[2]
 
+    def _widths(self, queries_shape):
+        """(query/key width H·d_k, value width H·d_v, output width)."""
+        if self.key_dim is not None:
+            units = self.num_heads * self.key_dim
+            value_units = self.num_heads * (self.value_dim or self.key_dim)
+            output = self.output_shape_ or queries_shape[-1]
+        else:
+            units = value_units = self.num_units or queries_shape[-1]
+            output = self.output_shape_ or units
+        return units, value_units, output
+
+    def _dense_options(self):
+        return {name: getattr(self, name) for name in arguments.DENSE_OPTIONS}
+
     def compute_output_shape(self, queries_shape, keys_shape=None, values_shape=None):
-        units = self.num_units or queries_shape[-1]
-        return tuple(queries_shape[:-1]) + (units,)
+        validation.check_rank("queries", queries_shape, 3, "[B, T_q, C]", _CONTEXT)
+        keys_shape = queries_shape if keys_shape is None else keys_shape
+        validation.check_rank("keys", keys_shape, 3, "[B, T_k, C]", _CONTEXT)
+        values_shape = keys_shape if values_shape is None else values_shape
+        validation.check_rank("values", values_shape, 3, "[B, T_k, C]", _CONTEXT)
+        if tuple(values_shape)[:-1] != tuple(keys_shape)[:-1]:
+            raise ValueError(
+                "All dimensions of `values` and `keys`, except the last one, "
+                f"must be equal. Received: values_shape={tuple(values_shape)} "
+                f"and keys_shape={tuple(keys_shape)}")
+        return tuple(queries_shape[:-1]) + (self._widths(queries_shape)[2],)
 
     def get_config(self):
         config = super().get_config()
@@ -436,55 +501,10 @@ class MultiHeadAttention(keras.layers.Layer):
             flavor=self.flavor,
             seed=self.seed,
             query_chunk_size=self.query_chunk_size,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            output_shape=self.output_shape_,
+            use_bias=self.use_bias,
         )
+        config.update(arguments.serialize_dense_options(self._dense_options()))
         return config
-
-
-def _write_cache(cache, cache_index, key, value, key_keep):
-    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe)."""
-    index = ops.cast(cache_index, "int32")
-    zero = ops.zeros((), "int32")
-    if key_keep is None:
-        key_keep = ops.ones(ops.shape(key)[0:1] + ops.shape(key)[2:3], "bool")
-    return {
-        "key": ops.slice_update(
-            cache["key"], (zero, zero, index, zero), ops.cast(key, cache["key"].dtype)
-        ),
-        "value": ops.slice_update(
-            cache["value"], (zero, zero, index, zero),
-            ops.cast(value, cache["value"].dtype),
-        ),
-        "keep": ops.slice_update(cache["keep"], (zero, index), key_keep),
-    }
-
-
-def _check_divisible(num_units, num_heads):
-    if num_units % num_heads:
-        raise validation.invalid_argument(
-            "num_units",
-            f"a multiple of num_heads={num_heads}",
-            num_units,
-            _CONTEXT,
-        )
-
-
-def _check_mask(name, mask, expected_shape, meaning):
-    shape = validation.shape_of(mask)
-    dtype = keras.backend.standardize_dtype(mask.dtype)
-    if dtype != "bool":
-        raise validation.invalid_argument(
-            name,
-            f"a bool tensor of shape {meaning}",
-            f"<tensor of dtype {dtype} and shape {shape}>",
-            _CONTEXT,
-        )
-    compatible = len(shape) == len(expected_shape) and all(
-        a is None or b is None or a == b for a, b in zip(shape, expected_shape)
-    )
-    if not compatible:
-        raise validation.invalid_argument(
-            name,
-            f"a bool tensor of shape {meaning} = {expected_shape}",
-            f"<tensor of dtype bool and shape {shape}>",
-            _CONTEXT,
-        )

@@ -9,7 +9,8 @@ Precision: the two matmuls run in the inputs' dtype (so bfloat16 inputs use
 the CPU's bfloat16 matrix units), while masking and the softmax always run in
 float32. The referenced constant -2**32+1 therefore stays finite under
 `mixed_float16`, a query whose keys are all masked gets uniform weights as in
-the reference (never NaN), and float32 keeps the reference's exact numbers.
+the reference, or all-zero weights as in Keras (`fully_masked`), never NaN,
+and float32 keeps the reference's exact numbers.
 """
 
 import tensorflow as tf
@@ -36,6 +37,7 @@ def scaled_dot_product_attention(
     mask_value=REFERENCE_MASK_VALUE,
     query_chunk_size=None,
     return_weights=True,
+    fully_masked="uniform",
 ):
     """softmax(Q Kᵀ · scale + bias, masked) · V.
 
@@ -62,6 +64,8 @@ def scaled_dot_product_attention(
             would draw a new dropout mask) or an unknown static T_q.
         return_weights: bool. With False, `weights` is None (saves memory in
             the chunked path, which would otherwise concatenate them).
+        fully_masked: `"uniform"` or `"zero"`: the weights of a query whose
+            keys are all masked (see `masked_softmax`).
 
     Returns:
         (output [B, H, T_q, d_v] in the value dtype, weights [B, H, T_q, T_k]
@@ -73,14 +77,14 @@ def scaled_dot_product_attention(
     if chunk is not None and dropout is None:
         return _chunked_attention(
             query, key, value, mask, bias, probs_multiplier, scale, mask_value,
-            chunk, return_weights,
+            chunk, return_weights, fully_masked,
         )
     # Scaling Q (B·T·d values) is cheaper than scaling the scores (B·T_q·T_k).
     query = query * ops.cast(scale, query.dtype)
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
     if bias is not None:
         scores = ops.cast(scores, "float32") + ops.cast(bias, "float32")
-    weights = masked_softmax(scores, mask, mask_value)
+    weights = masked_softmax(scores, mask, mask_value, fully_masked)
     if probs_multiplier is not None:
         weights = weights * ops.cast(probs_multiplier, "float32")
     probs = weights if dropout is None else dropout(weights)
@@ -106,6 +110,10 @@ def masked_softmax(scores, mask=None, mask_value=REFERENCE_MASK_VALUE,
     Returns:
         float32 weights of the shape of `scores`.
     """
+    if fully_masked not in ("uniform", "zero"):
+        raise ValueError("Received an invalid value for argument "
+                         "`fully_masked`, expected 'uniform' or 'zero'. "
+                         f"Received: fully_masked={fully_masked!r}")
     scores = ops.cast(scores, "float32")
     if mask is None:
         return ops.softmax(scores, axis=-1)
@@ -136,7 +144,7 @@ def _query_slice(tensor, start, stop):
 
 def _chunked_attention(
     query, key, value, mask, bias, probs_multiplier, scale, mask_value, chunk,
-    return_weights,
+    return_weights, fully_masked,
 ):
     outputs, weights = [], []
     length = query.shape[2]
@@ -152,6 +160,7 @@ def _chunked_attention(
                 q, k, v, mask=chunk_mask, bias=chunk_bias,
                 probs_multiplier=chunk_multiplier, scale=scale,
                 mask_value=mask_value, return_weights=False,
+                fully_masked=fully_masked,
             )
             return out
 
@@ -161,7 +170,7 @@ def _chunked_attention(
             _, w = scaled_dot_product_attention(
                 q, key, value, mask=chunk_mask, bias=chunk_bias,
                 probs_multiplier=chunk_multiplier, scale=scale,
-                mask_value=mask_value,
+                mask_value=mask_value, fully_masked=fully_masked,
             )
             weights.append(w)
     output = ops.concatenate(outputs, axis=2)

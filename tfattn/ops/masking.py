@@ -98,7 +98,8 @@ def as_score_mask(padding=None, query_padding=None, attention=None, causal=None)
     Args:
         padding: bool [B, T_k] keep-mask of the keys, or None.
         query_padding: bool [B, T_q] keep-mask of the queries, or None.
-        attention: bool [B, T_q, T_k] keep-mask, or None.
+        attention: bool keep-mask [T_q, T_k], [B or 1, T_q, T_k] or [B or
+            1, H or 1, T_q, T_k] (Keras's shapes), or None.
         causal: bool [T_q, T_k] keep-mask, or None.
 
     Returns:
@@ -112,7 +113,12 @@ def as_score_mask(padding=None, query_padding=None, attention=None, causal=None)
     if query_padding is not None:
         parts.append(query_padding[:, None, :, None])
     if attention is not None:
-        parts.append(attention[:, None, :, :])
+        rank = len(attention.shape)
+        if rank == 2:
+            attention = attention[None, None, :, :]
+        elif rank == 3:
+            attention = attention[:, None, :, :]
+        parts.append(attention)
     if causal is not None:
         parts.append(causal if not parts else causal[None, None, :, :])
     return combine_masks(*parts)

@@ -1,0 +1,175 @@
+"""Argument and input checks of `tfattn.MultiHeadAttention` (one place for
+its masks, projection options and cache writes)."""
+
+import keras
+from keras import ops
+
+from tfattn import validation
+
+_CONTEXT = "MultiHeadAttention"
+
+
+def check_projections(flavor, num_units, num_heads, key_dim, value_dim,
+                      output_shape, use_bias, **options):
+    """Checks the projection arguments of `MultiHeadAttention` (Keras's
+    names and meanings) against each other and the flavour.
+
+    Returns:
+        (output_shape as an int or None, use_bias, the resolved Keras
+        initializers, regularizers and constraints by argument name).
+    """
+    for name, value in (("key_dim", key_dim), ("value_dim", value_dim)):
+        if value is not None:
+            validation.check_positive_int(name, value, _CONTEXT)
+    output_shape = check_output_shape(output_shape)
+    use_bias = validation.check_bool("use_bias", use_bias, _CONTEXT)
+    resolved = dense_options(**options)
+    if flavor != "paper":
+        for name, value, default in (
+            ("key_dim", key_dim, None), ("value_dim", value_dim, None),
+            ("output_shape", output_shape, None), ("use_bias", use_bias, True),
+        ):
+            if value != default:
+                raise validation.invalid_argument(
+                    name, f"{default} in flavor '{flavor}', whose "
+                    "projections the reference fixes (width C, with bias, "
+                    "no output projection)", value, _CONTEXT)
+    if value_dim is not None and key_dim is None:
+        raise validation.invalid_argument(
+            "value_dim", "None unless `key_dim` is given (without it, "
+            "every head width is num_units / num_heads)", value_dim,
+            _CONTEXT)
+    if key_dim is not None and num_units is not None and (
+            num_units != num_heads * key_dim):
+        raise validation.invalid_argument(
+            "num_units", f"None or num_heads * key_dim = "
+            f"{num_heads * key_dim} when `key_dim` is given", num_units,
+            _CONTEXT)
+    return output_shape, use_bias, resolved
+
+
+def serialize_dense_options(options):
+    """`get_config` values of `dense_options`' result (None stays None)."""
+    serializers = {"initializer": keras.initializers.serialize,
+                   "regularizer": keras.regularizers.serialize,
+                   "constraint": keras.constraints.serialize}
+    return {name: None if value is None
+            else serializers[name.split("_", 1)[1]](value)
+            for name, value in options.items()}
+
+
+def check_divisible(num_units, num_heads):
+    if num_units % num_heads:
+        raise validation.invalid_argument(
+            "num_units",
+            f"a multiple of num_heads={num_heads}",
+            num_units,
+            _CONTEXT,
+        )
+
+
+def check_mask(name, mask, expected_shape, meaning):
+    shape = validation.shape_of(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    if dtype != "bool":
+        raise validation.invalid_argument(
+            name,
+            f"a bool tensor of shape {meaning}",
+            f"<tensor of dtype {dtype} and shape {shape}>",
+            _CONTEXT,
+        )
+    compatible = len(shape) == len(expected_shape) and all(
+        a is None or b is None or a == b for a, b in zip(shape, expected_shape)
+    )
+    if not compatible:
+        raise validation.invalid_argument(
+            name,
+            f"a bool tensor of shape {meaning} = {expected_shape}",
+            f"<tensor of dtype bool and shape {shape}>",
+            _CONTEXT,
+        )
+
+
+def check_attention_mask(mask, scores_shape):
+    """A bool mask that broadcasts as Keras's: [T_q, T_k], [B or 1, T_q,
+    T_k] or [B or 1, H or 1, T_q, T_k] against scores [B, H, T_q, T_k]."""
+    shape = validation.shape_of(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    expected = ("a bool tensor of shape [T_q, T_k], [B or 1, T_q, T_k] or "
+                "[B or 1, H or 1, T_q, T_k] that broadcasts to the scores "
+                f"[B, H, T_q, T_k] = {tuple(scores_shape)}")
+    if dtype != "bool" or len(shape) not in (2, 3, 4):
+        raise validation.invalid_argument(
+            "attention_mask", expected,
+            f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT)
+    full = (1,) * (4 - len(shape)) + tuple(shape)
+    if len(shape) == 3:
+        full = (shape[0], 1, shape[1], shape[2])
+    for axis, (got, want) in enumerate(zip(full, scores_shape)):
+        ok = (got is None or want is None or got == want
+              or (axis < 2 and got == 1))
+        if not ok:
+            raise validation.invalid_argument(
+                "attention_mask", expected,
+                f"<tensor of dtype bool and shape {shape}>", _CONTEXT)
+
+
+DENSE_OPTIONS = (
+    "kernel_initializer", "bias_initializer", "kernel_regularizer",
+    "bias_regularizer", "kernel_constraint", "bias_constraint",
+)
+
+
+def dense_options(**options):
+    """Keras objects for the projections' initializers, regularizers and
+    constraints (names, configs or instances, as Keras takes them)."""
+    getters = {"initializer": keras.initializers.get,
+               "regularizer": keras.regularizers.get,
+               "constraint": keras.constraints.get}
+    resolved = {}
+    for name, value in options.items():
+        kind = name.split("_", 1)[1]
+        try:
+            resolved[name] = getters[kind](value)
+        except (ValueError, TypeError) as error:
+            raise validation.invalid_argument(
+                name, f"a Keras {kind}, its name or config"
+                + (" (or None)" if kind != "initializer" else ""),
+                value, _CONTEXT) from error
+        if kind == "initializer" and resolved[name] is None:
+            raise validation.invalid_argument(
+                name, "a Keras initializer, its name or config", value,
+                _CONTEXT)
+    return resolved
+
+
+def check_output_shape(output_shape):
+    """None, a positive int, or a 1-tuple/list of one (the last axis)."""
+    value = output_shape
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    if value is None and output_shape is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise validation.invalid_argument(
+            "output_shape", "None, a positive int or a tuple of one (the "
+            "width of the output's last axis)", output_shape, _CONTEXT)
+    return value
+
+
+def write_cache(cache, cache_index, key, value, key_keep):
+    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe)."""
+    index = ops.cast(cache_index, "int32")
+    zero = ops.zeros((), "int32")
+    if key_keep is None:
+        key_keep = ops.ones(ops.shape(key)[0:1] + ops.shape(key)[2:3], "bool")
+    return {
+        "key": ops.slice_update(
+            cache["key"], (zero, zero, index, zero), ops.cast(key, cache["key"].dtype)
+        ),
+        "value": ops.slice_update(
+            cache["value"], (zero, zero, index, zero),
+            ops.cast(value, cache["value"].dtype),
+        ),
+        "keep": ops.slice_update(cache["keep"], (zero, index), key_keep),
+    }
