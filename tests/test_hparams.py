@@ -251,7 +251,6 @@ def test_json_saved_before_a_field_was_added_still_loads():
 
 def test_scaled_normal_embeddings_have_std_num_units_to_the_minus_half():
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import numpy as np
     from tfattn import Transformer
 
     hp = dataclasses.replace(hparams.get("tiny"), num_units=64, num_heads=2,

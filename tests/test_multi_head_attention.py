@@ -666,3 +666,63 @@ def test_compute_output_shape_checks_shapes_as_keras():
         layer.compute_output_shape((B, T, C), (B, 7, 5), (B, 6, 5))
     with pytest.raises(ValueError, match="`keys`.*rank-3"):
         layer.compute_output_shape((B, T, C), (5,))
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(key_dim=4),
+    dict(key_dim=3, value_dim=5, output_shape=7, use_bias=False),
+])
+def test_from_keras_and_back(kwargs):
+    """`interop.from_keras` gives a layer equal to Keras's (outputs and
+    scores, a fully masked query included); `to_keras` gives back identical
+    weights and arguments."""
+    rng = np.random.default_rng(4)
+    query = rng.normal(size=(B, T, C)).astype("float32")
+    value = rng.normal(size=(B, T + 1, 5)).astype("float32")
+    mask = rng.random((B, T, T + 1)) > 0.3
+    mask[0, 1] = False
+    theirs = keras.layers.MultiHeadAttention(num_heads=3, **kwargs)
+    theirs(query, value)
+    for w in theirs.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    ours = tfattn.interop.from_keras(theirs)
+    want, want_scores = theirs(query, value, attention_mask=mask,
+                               return_attention_scores=True)
+    got, scores = ours(query, value, attention_mask=mask,
+                       return_attention_scores=True)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    back = tfattn.interop.to_keras(ours)
+    assert [w.shape for w in back.weights] == [w.shape for w in theirs.weights]
+    for a, b in zip(back.get_weights(), theirs.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    mine, yours = back.get_config(), theirs.get_config()
+    for name in ("num_heads", "key_dim", "value_dim", "use_bias",
+                 "output_shape", "kernel_initializer"):
+        assert mine[name] == yours[name], name
+
+
+def test_porting_refuses_what_it_cannot_carry():
+    x = _inputs(0, zero_rows=False)
+    with pytest.raises(ValueError, match="`layer`.*keras.layers.MultiHead"
+                                         "Attention.*Dense"):
+        tfattn.interop.from_keras(keras.layers.Dense(3))
+    with pytest.raises(ValueError, match="`layer`.*a built layer"):
+        tfattn.interop.from_keras(
+            keras.layers.MultiHeadAttention(num_heads=2, key_dim=2))
+    gated = keras.layers.MultiHeadAttention(num_heads=2, key_dim=2,
+                                            use_gate=True)
+    gated(x, x)
+    with pytest.raises(ValueError, match="without `use_gate`"):
+        tfattn.interop.from_keras(gated)
+    wide = keras.layers.MultiHeadAttention(num_heads=2, key_dim=2,
+                                           attention_axes=(1, 2))
+    wide(np.zeros((1, 3, 4, 5), "float32"), np.zeros((1, 3, 4, 5), "float32"))
+    with pytest.raises(ValueError, match="attention_axes"):
+        tfattn.interop.from_keras(wide)
+    with pytest.raises(ValueError, match="flavor 'paper'.*'reference_2019'"):
+        tfattn.interop.to_keras(_built("reference_2019", x))
+    with pytest.raises(ValueError, match="a built layer"):
+        tfattn.interop.to_keras(tfattn.MultiHeadAttention(num_heads=2))
+    with pytest.raises(ValueError, match="a tfattn.MultiHeadAttention"):
+        tfattn.interop.to_keras(gated)

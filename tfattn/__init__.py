@@ -10,6 +10,7 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from tfattn import decoding  # noqa: E402
+from tfattn import interop  # noqa: E402
 from tfattn import layers  # noqa: E402
 from tfattn import losses  # noqa: E402
 from tfattn import ops  # noqa: E402

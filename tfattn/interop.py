@@ -1,0 +1,145 @@
+"""Weight porting between tfattn and Keras.
+
+- `from_keras(layer)`: a built `keras.layers.MultiHeadAttention` -> an
+  equal paper-flavour `tfattn.MultiHeadAttention` (same arguments, same
+  weights): Keras's EinsumDense kernels [C, H, d] become tfattn's Dense
+  kernels [C, H·d], its biases [H, d] become [H·d], and its output kernel
+  [H, d_v, O] becomes [H·d_v, O].
+- `to_keras(layer)`: the inverse, for a built paper-flavour
+  `tfattn.MultiHeadAttention`.
+
+Both return a new, built layer; the input is not changed. A Keras layer
+with `attention_axes` other than the sequence axis, `use_gate=True` or a
+`sliding_window` has no tfattn equivalent yet and is refused, as is an
+unbuilt layer or one of another class.
+
+```python
+theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)
+theirs(x, x)
+ours = tfattn.interop.from_keras(theirs)   # ours(x, x) == theirs(x, x)
+back = tfattn.interop.to_keras(ours)       # same weights as `theirs`
+```
+"""
+
+import keras
+import numpy as np
+
+from tfattn.layers.multi_head_attention import MultiHeadAttention
+from tfattn.validation import invalid_argument
+
+_CONTEXT = "interop"
+_PROJECTIONS = ("query", "key", "value")
+_SHARED_OPTIONS = (
+    "kernel_initializer", "bias_initializer", "kernel_regularizer",
+    "bias_regularizer", "kernel_constraint", "bias_constraint",
+)
+
+
+def _describe(layer):
+    return f"<{type(layer).__name__} {getattr(layer, 'name', '')}>".replace(
+        " >", ">")
+
+
+def from_keras(layer):
+    """A paper-flavour `tfattn.MultiHeadAttention` equal to a built
+    `keras.layers.MultiHeadAttention` (rank-3 inputs).
+
+    Raises:
+        ValueError: not a built Keras MultiHeadAttention, or one with
+            `attention_axes`, `use_gate` or `sliding_window` set.
+    """
+    if not isinstance(layer, keras.layers.MultiHeadAttention):
+        raise invalid_argument("layer", "a keras.layers.MultiHeadAttention",
+                               _describe(layer), _CONTEXT)
+    if not layer.built:
+        raise invalid_argument("layer", "a built layer (call it once first)",
+                               _describe(layer), _CONTEXT)
+    config = layer.get_config()
+    equation = getattr(layer._query_dense, "equation", None)
+    if equation != "abc,cde->abde" or config.get("attention_axes") not in (
+            None, 1, (1,), [1]):
+        raise invalid_argument(
+            "layer", "a layer over [B, T, C] inputs attending over axis 1 "
+            "(tfattn has no `attention_axes` yet)",
+            f"{_describe(layer)} with query projection {equation!r} and "
+            f"attention_axes={config.get('attention_axes')}", _CONTEXT)
+    for name in ("use_gate", "sliding_window"):
+        if config.get(name):
+            raise invalid_argument(
+                "layer", f"a layer without `{name}` (tfattn has none yet)",
+                f"{_describe(layer)} with {name}={config[name]!r}", _CONTEXT)
+    output_shape = config.get("output_shape")
+    ours = MultiHeadAttention(
+        num_heads=config["num_heads"], key_dim=config["key_dim"],
+        value_dim=config.get("value_dim"),
+        output_shape=output_shape,
+        use_bias=config["use_bias"], dropout_rate=float(config["dropout"]),
+        seed=config.get("seed"),
+        activity_regularizer=config.get("activity_regularizer"),
+        dtype=layer.dtype_policy, name=layer.name,
+        **{name: config[name] for name in _SHARED_OPTIONS},
+    )
+    ours.build(*[(None, None, getattr(layer, f"_{part}_dense").kernel.shape[0])
+                 for part in _PROJECTIONS])
+    for part in _PROJECTIONS:
+        theirs = getattr(layer, f"_{part}_dense")
+        mine = getattr(ours, f"{part}_dense")
+        mine.kernel.assign(np.reshape(theirs.kernel.numpy(), mine.kernel.shape))
+        if config["use_bias"]:
+            mine.bias.assign(np.reshape(theirs.bias.numpy(), mine.bias.shape))
+    out = layer._output_dense
+    ours.output_dense.kernel.assign(
+        np.reshape(out.kernel.numpy(), ours.output_dense.kernel.shape))
+    if config["use_bias"]:
+        ours.output_dense.bias.assign(out.bias.numpy())
+    return ours
+
+
+def to_keras(layer):
+    """A `keras.layers.MultiHeadAttention` equal to a built paper-flavour
+    `tfattn.MultiHeadAttention`.
+
+    Raises:
+        ValueError: not a built tfattn MultiHeadAttention of the paper
+            flavour (the reference flavours have no Keras equivalent).
+    """
+    if not isinstance(layer, MultiHeadAttention):
+        raise invalid_argument("layer", "a tfattn.MultiHeadAttention",
+                               _describe(layer), _CONTEXT)
+    if layer.flavor != "paper":
+        raise invalid_argument(
+            "layer", "flavor 'paper' (the reference flavours have no output "
+            "projection and add a residual and layer norm: no Keras "
+            "equivalent)", f"{_describe(layer)} of flavor {layer.flavor!r}",
+            _CONTEXT)
+    if not layer.built:
+        raise invalid_argument("layer", "a built layer (call it once first)",
+                               _describe(layer), _CONTEXT)
+    heads = layer.num_heads
+    key_dim = layer.units // heads
+    value_dim = layer.value_units // heads
+    query_width = layer.query_dense.kernel.shape[0]
+    output_width = layer.output_dense.kernel.shape[1]
+    options = {name: getattr(layer, name) for name in _SHARED_OPTIONS}
+    theirs = keras.layers.MultiHeadAttention(
+        num_heads=heads, key_dim=key_dim, value_dim=value_dim,
+        output_shape=None if output_width == query_width else output_width,
+        use_bias=layer.use_bias, dropout=layer.dropout_rate, seed=layer.seed,
+        dtype=layer.dtype_policy, name=layer.name, **options)
+    width = {part: getattr(layer, f"{part}_dense").kernel.shape[0]
+             for part in _PROJECTIONS}
+    theirs.build((None, None, width["query"]), (None, None, width["value"]),
+                 (None, None, width["key"]))
+    for part, d in zip(_PROJECTIONS, (key_dim, key_dim, value_dim)):
+        mine = getattr(layer, f"{part}_dense")
+        target = getattr(theirs, f"_{part}_dense")
+        target.kernel.assign(np.reshape(mine.kernel.numpy(),
+                                        (width[part], heads, d)))
+        if layer.use_bias:
+            target.bias.assign(np.reshape(mine.bias.numpy(), (heads, d)))
+    out = theirs._output_dense
+    out.kernel.assign(np.reshape(layer.output_dense.kernel.numpy(),
+                                 (heads, value_dim, output_width)))
+    if layer.use_bias:
+        out.bias.assign(layer.output_dense.bias.numpy())
+    return theirs
