@@ -78,9 +78,15 @@ def main():
         tokenizer = SubwordTokenizer(f.read())
     base = hparams.get(args.hparams)
     settings = {}
-    for name, overrides in (("before", args.before), ("after", args.after)):
-        hp = config.parse_overrides(base, overrides)
-        batches = batches_of(hp, tokenizer, spec, args.batches)
+    setups = [(name, overrides, config.parse_overrides(base, overrides))
+              for name, overrides in (("before", args.before),
+                                      ("after", args.after))]
+    # Every batch first: reseeding (below) clears the eager kernel cache,
+    # which deletes the tokenizer's SentencePiece resource (TRAPS.md).
+    read = {name: batches_of(hp, tokenizer, spec, args.batches)
+            for name, _, hp in setups}
+    for name, overrides, hp in setups:
+        batches = read[name]
         keras.utils.set_random_seed(0)
         trainer = training.build_trainer(tf.distribute.get_strategy(), hp,
                                          tokenizer.vocab_size, seed=0)
