@@ -726,3 +726,19 @@ def test_porting_refuses_what_it_cannot_carry():
         tfattn.interop.to_keras(tfattn.MultiHeadAttention(num_heads=2))
     with pytest.raises(ValueError, match="a tfattn.MultiHeadAttention"):
         tfattn.interop.to_keras(gated)
+
+
+@pytest.mark.parametrize("initializer", ["glorot_uniform",
+                                         keras.initializers.HeNormal()])
+def test_each_projection_draws_its_own_kernel(initializer):
+    """One initializer object shared by the four projections would give them
+    one kernel (a Keras initializer with seed=None repeats its draw)."""
+    x = _inputs(0, zero_rows=False)
+    layer = tfattn.MultiHeadAttention(num_heads=H,
+                                      kernel_initializer=initializer)
+    layer(x)
+    kernels = [d.kernel.numpy() for d in (layer.query_dense, layer.key_dense,
+                                          layer.value_dense, layer.output_dense)]
+    for i in range(4):
+        for j in range(i):
+            assert np.abs(kernels[i] - kernels[j]).max() > 1e-3, (i, j)

@@ -211,22 +211,20 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         self.units = units
         self.value_units = value_units
-        dense_kwargs = dict(
-            activation="relu" if self.flavor == "reference_2017" else None,
-            use_bias=self.use_bias,
-            dtype=self.dtype_policy,
-            **self._dense_options(),
-        )
-        self.query_dense = keras.layers.Dense(units, name="query_dense", **dense_kwargs)
+        def dense(width, name):
+            return keras.layers.Dense(
+                width, name=name, use_bias=self.use_bias,
+                activation="relu" if self.flavor == "reference_2017" else None,
+                dtype=self.dtype_policy, **self._dense_options())
+
+        self.query_dense = dense(units, "query_dense")
         self.query_dense.build(queries_shape)
-        self.key_dense = keras.layers.Dense(units, name="key_dense", **dense_kwargs)
+        self.key_dense = dense(units, "key_dense")
         self.key_dense.build(keys_shape)
-        self.value_dense = keras.layers.Dense(
-            value_units, name="value_dense", **dense_kwargs)
+        self.value_dense = dense(value_units, "value_dense")
         self.value_dense.build(values_shape)
         if self.flavor == "paper":
-            self.output_dense = keras.layers.Dense(
-                output_units, name="output_dense", **dense_kwargs)
+            self.output_dense = dense(output_units, "output_dense")
             self.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
         else:
             self.layer_norm = keras.layers.LayerNormalization(
@@ -476,7 +474,11 @@ class MultiHeadAttention(keras.layers.Layer):
         return units, value_units, output
 
     def _dense_options(self):
-        return {name: getattr(self, name) for name in arguments.DENSE_OPTIONS}
+        """The projections' options; a fresh initializer per projection: one
+        Keras initializer object with seed=None draws the same values at
+        every call, so sharing it would give every projection one kernel."""
+        return arguments.fresh_initializers(
+            {name: getattr(self, name) for name in arguments.DENSE_OPTIONS})
 
     def compute_output_shape(self, queries_shape, keys_shape=None, values_shape=None):
         validation.check_rank("queries", queries_shape, 3, "[B, T_q, C]", _CONTEXT)
