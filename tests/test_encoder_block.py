@@ -271,3 +271,36 @@ def test_keras_mask_from_embedding_is_used_by_the_paper_flavour():
     explicit = block(embed(ids), padding_mask=ids != 0)
     np.testing.assert_allclose(np.asarray(masked)[0, :3], np.asarray(explicit)[0, :3],
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("block_class", ["EncoderBlock", "DecoderBlock"])
+def test_kernel_and_bias_initializers_reach_every_dense(block_class):
+    """keras-hub's `kernel_initializer` / `bias_initializer`: every Dense of
+    the block (attention projections, feed-forward) uses them, each drawing
+    its own values; config and `from_config` keep them; a bad name is a
+    ValueError naming the argument."""
+    cls = getattr(tfattn, block_class)
+    kwargs = dict(num_heads=H, ffn_units=F, dropout_rate=0.0,
+                  kernel_initializer=keras.initializers.RandomNormal(
+                      stddev=0.5), bias_initializer="ones")
+    if block_class == "DecoderBlock":
+        kwargs["use_cross_attention"] = False
+    block = cls(**kwargs)
+    block(_inputs())
+    dense = [layer for layer in block._flatten_layers()
+             if isinstance(layer, keras.layers.Dense)]
+    assert len(dense) == 6  # q, k, v, output, inner, outer
+    kernels = [d.kernel.numpy() for d in dense]
+    for d, kernel in zip(dense, kernels):
+        assert np.all(d.bias.numpy() == 1.0), d.name
+        assert 0.4 < kernel.std() < 0.6, d.name
+    for i in range(len(kernels)):
+        for j in range(i):
+            if kernels[i].shape == kernels[j].shape:
+                assert np.abs(kernels[i] - kernels[j]).max() > 1e-3
+    config = block.get_config()
+    assert config["bias_initializer"]["class_name"] == "Ones"
+    clone = cls.from_config(config)
+    assert isinstance(clone.kernel_initializer, keras.initializers.RandomNormal)
+    with pytest.raises(ValueError, match=r"`kernel_initializer`.*'nope'"):
+        cls(num_heads=H, kernel_initializer="nope")

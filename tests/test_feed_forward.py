@@ -175,3 +175,17 @@ def test_constructor_rejects_bad_arguments(kwargs, pattern):
 def test_build_rejects_bad_shapes(shape, pattern):
     with pytest.raises(ValueError, match=pattern):
         FeedForward(F).build(shape)
+
+
+def test_initializers_are_arguments_and_each_dense_draws_its_own():
+    layer = FeedForward(ffn_units=8, num_units=8,
+                               kernel_initializer="he_uniform",
+                               bias_initializer="ones")
+    layer(np.zeros((1, 2, 8), "float32"))
+    inner, outer = layer.inner_dense, layer.outer_dense
+    assert np.all(inner.bias.numpy() == 1) and np.all(outer.bias.numpy() == 1)
+    assert np.abs(inner.kernel.numpy() - outer.kernel.numpy()).max() > 1e-3
+    clone = FeedForward.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    with pytest.raises(ValueError, match=r"FeedForward.*`bias_initializer`"):
+        FeedForward(ffn_units=8, bias_initializer=3)

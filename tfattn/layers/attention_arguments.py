@@ -48,14 +48,6 @@ def check_projections(flavor, num_units, num_heads, key_dim, value_dim,
     return output_shape, use_bias, resolved
 
 
-def fresh_initializers(options):
-    """`options` with each initializer replaced by a new one from its config
-    (a seed of None stays None, so each copy draws its own values)."""
-    return {name: keras.initializers.get(keras.initializers.serialize(value))
-            if name.endswith("_initializer") else value
-            for name, value in options.items()}
-
-
 def serialize_dense_options(options):
     """`get_config` values of `dense_options`' result (None stays None)."""
     serializers = {"initializer": keras.initializers.serialize,

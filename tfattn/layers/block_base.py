@@ -4,6 +4,8 @@ import keras
 
 from tfattn import validation
 from tfattn.layers.feed_forward import FeedForward
+from tfattn.layers.initializers import fresh_initializers
+from tfattn.layers.initializers import initializer_arguments
 from tfattn.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
@@ -95,17 +97,24 @@ class BlockBase(keras.layers.Layer):
         layer_norm_epsilon=None,
         activation="relu",
         seed=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
         **kwargs,
     ):
         args = block_arguments(
             self._context, num_heads, ffn_units, dropout_rate,
             attention_dropout_rate, flavor, normalize_first, layer_norm_epsilon,
         )
+        initializers = initializer_arguments(
+            self._context, kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer)
         super().__init__(**kwargs)
         for name, value in args.items():
             setattr(self, name, value)
         self.activation = activation
         self.seed = seed
+        self.kernel_initializer = initializers["kernel_initializer"]
+        self.bias_initializer = initializers["bias_initializer"]
         self.supports_masking = True
 
     def _attention(self, name, causality):
@@ -119,7 +128,13 @@ class BlockBase(keras.layers.Layer):
             seed=self.seed,
             dtype=self.dtype_policy,
             name=name,
+            **self._initializers(),
         )
+
+    def _initializers(self):
+        return fresh_initializers(dict(
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer))
 
     def _norm(self, name):
         return keras.layers.LayerNormalization(
@@ -139,6 +154,7 @@ class BlockBase(keras.layers.Layer):
             activation=self.activation,
             dtype=self.dtype_policy,
             name="feed_forward",
+            **self._initializers(),
         )
         self.feed_forward.build(input_shape)
         self.feed_forward_layer_norm = self._norm("feed_forward_layer_norm")
@@ -207,5 +223,7 @@ class BlockBase(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             activation=self.activation,
             seed=self.seed,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
         return config

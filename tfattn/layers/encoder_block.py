@@ -33,6 +33,10 @@ class EncoderBlock(BlockBase):
             flavours (as the references) and 1e-6 in the paper flavour.
         activation: the feed-forward activation. Defaults to `"relu"`.
         seed: int or None. Dropout seed.
+        kernel_initializer, bias_initializer: Keras initializers (names,
+            configs or objects) of every Dense of the block (attention
+            projections and feed-forward), keras-hub's names. Defaults to
+            `"glorot_uniform"` and `"zeros"`.
 
     Call arguments:
         x: [B, T, C].

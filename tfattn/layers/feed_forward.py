@@ -3,6 +3,8 @@
 import keras
 
 from tfattn import validation
+from tfattn.layers.initializers import fresh_initializers
+from tfattn.layers.initializers import initializer_arguments
 
 _CONTEXT = "FeedForward"
 
@@ -36,6 +38,9 @@ class FeedForward(keras.layers.Layer):
         dropout_rate: float in [0, 1). Dropout on the inner activations.
             Defaults to `0.0`.
         seed: int or None. Seed of the dropout. Defaults to `None`.
+        kernel_initializer, bias_initializer: Keras initializers (or names or
+            configs) of both Dense layers. Defaults to `"glorot_uniform"`,
+            `"zeros"`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -60,9 +65,14 @@ class FeedForward(keras.layers.Layer):
         activation="relu",
         dropout_rate=0.0,
         seed=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
         **kwargs,
     ):
         ffn_units = validation.check_positive_int("ffn_units", ffn_units, _CONTEXT)
+        initializers = initializer_arguments(
+            _CONTEXT, kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer)
         if num_units is not None:
             num_units = validation.check_positive_int(
                 "num_units", num_units, _CONTEXT
@@ -89,6 +99,8 @@ class FeedForward(keras.layers.Layer):
         self.activation = activation_fn
         self.dropout_rate = dropout_rate
         self.seed = seed
+        self.kernel_initializer = initializers["kernel_initializer"]
+        self.bias_initializer = initializers["bias_initializer"]
         self.supports_masking = True
 
     def build(self, x_shape):
@@ -100,17 +112,18 @@ class FeedForward(keras.layers.Layer):
                 f"<tensor of shape {shape}>",
                 _CONTEXT,
             )
-        dense_kwargs = dict(
-            use_bias=True,
-            kernel_initializer="glorot_uniform",
-            bias_initializer="zeros",
-            dtype=self.dtype_policy,
-        )
+        def dense_kwargs():
+            # A fresh initializer per Dense (see `fresh_initializers`).
+            return dict(use_bias=True, dtype=self.dtype_policy,
+                        **fresh_initializers(dict(
+                            kernel_initializer=self.kernel_initializer,
+                            bias_initializer=self.bias_initializer)))
+
         self.inner_dense = keras.layers.Dense(
             self.ffn_units,
             activation=self.activation,
             name="inner_dense",
-            **dense_kwargs,
+            **dense_kwargs(),
         )
         self.inner_dense.build(shape)
         self.inner_dropout = keras.layers.Dropout(
@@ -123,7 +136,7 @@ class FeedForward(keras.layers.Layer):
             self.num_units or shape[-1],
             activation=None,
             name="outer_dense",
-            **dense_kwargs,
+            **dense_kwargs(),
         )
         self.outer_dense.build(shape[:-1] + (self.ffn_units,))
         self.built = True
@@ -144,5 +157,7 @@ class FeedForward(keras.layers.Layer):
             activation=keras.activations.serialize(self.activation),
             dropout_rate=self.dropout_rate,
             seed=self.seed,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
         return config

@@ -5,6 +5,7 @@ from keras import ops
 
 from tfattn import validation
 from tfattn.layers import attention_arguments as arguments
+from tfattn.layers.initializers import fresh_initializers
 from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
 from tfattn.validation import FLAVORS
@@ -477,7 +478,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """The projections' options; a fresh initializer per projection: one
         Keras initializer object with seed=None draws the same values at
         every call, so sharing it would give every projection one kernel."""
-        return arguments.fresh_initializers(
+        return fresh_initializers(
             {name: getattr(self, name) for name in arguments.DENSE_OPTIONS})
 
     def compute_output_shape(self, queries_shape, keys_shape=None, values_shape=None):

@@ -1,0 +1,36 @@
+"""Initializer arguments of the layers, checked once and copied per use.
+
+A Keras 3 initializer object created with `seed=None` draws the same values
+at every call, so one object shared by several Dense layers would give them
+one kernel; `fresh_initializers` hands each sublayer its own copy (as
+`keras.layers.MultiHeadAttention` does).
+"""
+
+import keras
+
+from tfattn import validation
+
+
+def initializer_arguments(context, **named):
+    """Keras initializer objects for `name=value` arguments (names, configs
+    or instances), or a ValueError naming the argument and its value."""
+    resolved = {}
+    for name, value in named.items():
+        try:
+            initializer = keras.initializers.get(value)
+        except (ValueError, TypeError):
+            initializer = None
+        if initializer is None:
+            raise validation.invalid_argument(
+                name, "a Keras initializer, its name or config", value,
+                context)
+        resolved[name] = initializer
+    return resolved
+
+
+def fresh_initializers(options):
+    """`options` with each `*_initializer` replaced by a new object from its
+    config (a seed of None stays None: each copy draws its own values)."""
+    return {name: keras.initializers.get(keras.initializers.serialize(value))
+            if name.endswith("_initializer") else value
+            for name, value in options.items()}
