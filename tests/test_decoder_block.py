@@ -320,3 +320,34 @@ def test_normalize_first_needs_the_paper_flavour(flavor):
 def test_bad_constructor_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.DecoderBlock(**kwargs)
+
+
+def test_keras_hub_mask_arguments():
+    """keras-hub's `decoder_attention_mask`, `encoder_padding_mask` and
+    `encoder_attention_mask`: equal to keras-hub's TransformerDecoder with
+    the same weights and masks; `encoder_padding_mask` beside
+    `memory_padding_mask` is refused."""
+    x, memory = _inputs(), _memory()
+    keep, memory_keep = _keep(T, 1), _keep(S, 2)
+    block = _block("paper", False)
+    twin = keras_hub_decoder(block)
+    rng = np.random.default_rng(6)
+    self_mask = rng.random((x.shape[0], T, T)) > 0.3
+    self_mask[..., 0] = True
+    cross_mask = rng.random((x.shape[0], T, S)) > 0.3
+    cross_mask[..., 0] = True
+    got = block(x, memory, padding_mask=keep, encoder_padding_mask=memory_keep,
+                decoder_attention_mask=self_mask,
+                encoder_attention_mask=cross_mask)
+    want = twin(x, memory, decoder_padding_mask=keep,
+                encoder_padding_mask=memory_keep,
+                decoder_attention_mask=self_mask,
+                encoder_attention_mask=cross_mask)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    plain = block(x, memory, padding_mask=keep,
+                  memory_padding_mask=memory_keep)
+    assert np.abs(np.asarray(got) - np.asarray(plain)).max() > 1e-3
+    with pytest.raises(ValueError, match="`encoder_padding_mask`.*None when "
+                                         "`memory_padding_mask`"):
+        block(x, memory, memory_padding_mask=memory_keep,
+              encoder_padding_mask=memory_keep)

@@ -304,3 +304,19 @@ def test_kernel_and_bias_initializers_reach_every_dense(block_class):
     assert isinstance(clone.kernel_initializer, keras.initializers.RandomNormal)
     with pytest.raises(ValueError, match=r"`kernel_initializer`.*'nope'"):
         cls(num_heads=H, kernel_initializer="nope")
+
+
+def test_attention_mask_as_keras_hub():
+    """keras-hub's `attention_mask` [B, T, T], with the padding mask too:
+    equal to keras-hub's TransformerEncoder with the same weights."""
+    x, keep = _inputs(), _keep()
+    block = _block("paper", False)
+    twin = keras_hub_encoder(block)
+    attend = np.random.default_rng(2).random((x.shape[0], x.shape[1],
+                                               x.shape[1])) > 0.3
+    attend[..., 0] = True
+    np.testing.assert_allclose(
+        block(x, padding_mask=keep, attention_mask=attend),
+        twin(x, padding_mask=keep, attention_mask=attend), atol=1e-5, rtol=0)
+    assert np.abs(np.asarray(block(x, attention_mask=attend))
+                  - np.asarray(block(x))).max() > 1e-3

@@ -31,6 +31,12 @@ class DecoderBlock(BlockBase):
             unless the cache holds it.
         padding_mask: bool [B, T], True = real target token, or None.
         memory_padding_mask: bool [B, S], True = real source token, or None.
+        decoder_attention_mask: bool [T, T], [B or 1, T, T] or [B or 1, H or
+            1, T, T], True = may attend, combined with the causal and padding
+            masks of the self-attention (keras-hub's argument), or None.
+        encoder_padding_mask: keras-hub's name for `memory_padding_mask`.
+        encoder_attention_mask: bool [T, S] or [B or 1, (H or 1,) T, S],
+            True = may attend, for the cross-attention, or None.
         training: bool.
         cache: dict from `init_cache`, or None. Then `x` holds the tokens at
             positions `cache_index ...`, usually one.
@@ -73,8 +79,19 @@ class DecoderBlock(BlockBase):
         cache=None,
         cache_index=None,
         return_attention_scores=False,
+        decoder_attention_mask=None,
+        encoder_padding_mask=None,
+        encoder_attention_mask=None,
     ):
         self._check_call(x, memory, cache, cache_index)
+        if encoder_padding_mask is not None:
+            if memory_padding_mask is not None:
+                raise validation.invalid_argument(
+                    "encoder_padding_mask", "None when `memory_padding_mask` "
+                    "is given (keras-hub's name for the same mask)",
+                    f"<tensor of shape {validation.shape_of(encoder_padding_mask)}>",
+                    self._context)
+            memory_padding_mask = encoder_padding_mask
         if padding_mask is None:
             padding_mask = masking.implicit_mask(x)
         self_cache = None if cache is None else cache["self"]
@@ -83,6 +100,7 @@ class DecoderBlock(BlockBase):
             "self_attention", x, training,
             return_scores=return_attention_scores, padding_mask=padding_mask,
             cache=self_cache, cache_index=cache_index,
+            attention_mask=decoder_attention_mask,
         )
         if self.use_cross_attention:
             if cache is not None:
@@ -93,7 +111,8 @@ class DecoderBlock(BlockBase):
                 cross = dict(keys=memory, padding_mask=memory_padding_mask)
             x, scores["cross"], _ = self._attention_sublayer(
                 "cross_attention", x, training,
-                return_scores=return_attention_scores, **cross)
+                return_scores=return_attention_scores,
+                attention_mask=encoder_attention_mask, **cross)
         x = self._feed_forward_sublayer(x, training)
         results = (x,)
         if return_attention_scores:

@@ -46,6 +46,9 @@ class EncoderBlock(BlockBase):
         training: bool.
         return_attention_scores: bool. Also return the self-attention
             weights, float32 [B, H, T, T].
+        attention_mask: bool, True = may attend, [T, T], [B or 1, T, T] or
+            [B or 1, H or 1, T, T] (keras-hub's argument), combined with the
+            padding mask; or None.
 
     Returns:
         [B, T, C], or `(output, weights)`.
@@ -61,12 +64,13 @@ class EncoderBlock(BlockBase):
         self.built = True
 
     def call(self, x, padding_mask=None, training=None,
-             return_attention_scores=False):
+             return_attention_scores=False, attention_mask=None):
         if padding_mask is None:
             padding_mask = masking.implicit_mask(x)
         x, scores, _ = self._attention_sublayer(
             "self_attention", x, training,
-            return_scores=return_attention_scores, padding_mask=padding_mask
+            return_scores=return_attention_scores, padding_mask=padding_mask,
+            attention_mask=attention_mask,
         )
         x = self._feed_forward_sublayer(x, training)
         return (x, scores) if return_attention_scores else x
