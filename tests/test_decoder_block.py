@@ -351,3 +351,60 @@ def test_keras_hub_mask_arguments():
                                          "`memory_padding_mask`"):
         block(x, memory, memory_padding_mask=memory_keep,
               encoder_padding_mask=memory_keep)
+
+
+@pytest.mark.parametrize("cross", [True, False])
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_porting_from_keras_hub_and_back(cross, normalize_first):
+    """`interop.from_keras_hub` gives a block equal to keras-hub's (random
+    weights, padding masks); `to_keras_hub` gives back identical weights.
+    The encoder block goes the same way."""
+    import keras_hub
+
+    x, memory = _inputs(), _memory()
+    keep, memory_keep = _keep(T, 1), _keep(S, 2)
+    rng = np.random.default_rng(9)
+    theirs = keras_hub.layers.TransformerDecoder(
+        intermediate_dim=F, num_heads=H, normalize_first=normalize_first)
+    theirs.build((None, None, C), (None, None, C) if cross else None)
+    for w in theirs.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    ours = tfattn.interop.from_keras_hub(theirs)
+    assert ours.use_cross_attention == cross
+    if cross:
+        got = ours(x, memory, padding_mask=keep, memory_padding_mask=memory_keep)
+        want = theirs(x, memory, decoder_padding_mask=keep,
+                      encoder_padding_mask=memory_keep)
+    else:
+        got, want = ours(x, padding_mask=keep), theirs(x, decoder_padding_mask=keep)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    back = tfattn.interop.to_keras_hub(ours)
+    for a, b in zip(back.get_weights(), theirs.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+    encoder = keras_hub.layers.TransformerEncoder(
+        intermediate_dim=F, num_heads=H, normalize_first=normalize_first)
+    encoder.build((None, None, C))
+    for w in encoder.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    mine = tfattn.interop.from_keras_hub(encoder)
+    np.testing.assert_allclose(mine(x, padding_mask=keep),
+                               encoder(x, padding_mask=keep), atol=1e-5,
+                               rtol=1e-5)
+    for a, b in zip(tfattn.interop.to_keras_hub(mine).get_weights(),
+                    encoder.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_porting_blocks_refuses_what_it_cannot_carry():
+    import keras
+    import keras_hub
+
+    with pytest.raises(ValueError, match="`block`.*TransformerEncoder.*Dense"):
+        tfattn.interop.from_keras_hub(keras.layers.Dense(2))
+    with pytest.raises(ValueError, match="`block`.*a built block"):
+        tfattn.interop.from_keras_hub(
+            keras_hub.layers.TransformerEncoder(intermediate_dim=F,
+                                                num_heads=H))
+    with pytest.raises(ValueError, match="flavor 'paper'.*'reference_2019'"):
+        tfattn.interop.to_keras_hub(_block("reference_2019"))

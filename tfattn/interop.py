@@ -7,6 +7,10 @@
   [H, d_v, O] becomes [H·d_v, O].
 - `to_keras(layer)`: the inverse, for a built paper-flavour
   `tfattn.MultiHeadAttention`.
+- `from_keras_hub(block)` / `to_keras_hub(block)`: keras-hub's
+  `TransformerEncoder` / `TransformerDecoder` <-> tfattn's paper-flavour
+  `EncoderBlock` / `DecoderBlock` (attention through `from_keras`, layer
+  norms and feed-forward Dense layers as they are).
 
 Both return a new, built layer; the input is not changed. A Keras layer
 with `attention_axes` other than the sequence axis, `use_gate=True` or a
@@ -142,4 +146,140 @@ def to_keras(layer):
                                  (heads, value_dim, output_width)))
     if layer.use_bias:
         out.bias.assign(layer.output_dense.bias.numpy())
+    return theirs
+
+
+# keras-hub blocks <-> tfattn blocks: sublayer pairs (keras-hub attribute,
+# tfattn attribute path); attention layers go through `from_keras`.
+_HUB_NORMS = (("_self_attention_layer_norm", "self_attention_layer_norm"),
+              ("_feedforward_layer_norm", "feed_forward_layer_norm"))
+_HUB_DENSE = (("_feedforward_intermediate_dense", "inner_dense"),
+              ("_feedforward_output_dense", "outer_dense"))
+
+
+def _hub_classes():
+    try:
+        import keras_hub
+    except ImportError:
+        raise ImportError("Porting keras-hub blocks needs keras-hub: pip "
+                          "install keras-hub") from None
+    return (keras_hub.layers.TransformerEncoder,
+            keras_hub.layers.TransformerDecoder)
+
+
+def from_keras_hub(block):
+    """An equal paper-flavour `tfattn.EncoderBlock` / `DecoderBlock` from a
+    built keras-hub `TransformerEncoder` / `TransformerDecoder` (same
+    arguments: intermediate_dim -> ffn_units, dropout -> dropout_rate and
+    attention_dropout_rate, activation, layer_norm_epsilon, normalize_first,
+    initializers; same weights).
+
+    Raises:
+        ValueError: another class, or an unbuilt block.
+    """
+    from tfattn.layers.decoder_block import DecoderBlock
+    from tfattn.layers.encoder_block import EncoderBlock
+
+    encoder_cls, decoder_cls = _hub_classes()
+    if not isinstance(block, (encoder_cls, decoder_cls)):
+        raise invalid_argument(
+            "block", "a keras_hub.layers.TransformerEncoder or "
+            "TransformerDecoder", _describe(block), _CONTEXT)
+    if not block.built:
+        raise invalid_argument("block", "a built block (call it once first)",
+                               _describe(block), _CONTEXT)
+    config = block.get_config()
+    kwargs = dict(
+        num_heads=config["num_heads"], ffn_units=config["intermediate_dim"],
+        dropout_rate=float(config["dropout"]),
+        activation=config["activation"],
+        layer_norm_epsilon=float(config["layer_norm_epsilon"]),
+        normalize_first=config["normalize_first"],
+        kernel_initializer=config["kernel_initializer"],
+        bias_initializer=config["bias_initializer"],
+        dtype=block.dtype_policy, name=block.name)
+    is_decoder = isinstance(block, decoder_cls)
+    width = block._self_attention_layer._query_dense.kernel.shape[0]
+    if is_decoder:
+        cross = getattr(block, "_cross_attention_layer", None)
+        ours = DecoderBlock(use_cross_attention=cross is not None, **kwargs)
+        memory = (None if cross is None else
+                  (None, None, cross._key_dense.kernel.shape[0]))
+        ours.build((None, None, width), memory)
+    else:
+        ours = EncoderBlock(**kwargs)
+        ours.build((None, None, width))
+    pairs = [(block._self_attention_layer, ours.self_attention)]
+    norms = list(_HUB_NORMS)
+    if is_decoder and ours.use_cross_attention:
+        pairs.append((block._cross_attention_layer, ours.cross_attention))
+        norms.append(("_cross_attention_layer_norm",
+                      "cross_attention_layer_norm"))
+    for theirs, mine in pairs:
+        ported = from_keras(theirs)
+        for a, b in zip(mine.weights, ported.weights):
+            a.assign(b)
+    for theirs, mine in norms:
+        getattr(ours, mine).set_weights(getattr(block, theirs).get_weights())
+    for theirs, mine in _HUB_DENSE:
+        getattr(ours.feed_forward, mine).set_weights(
+            getattr(block, theirs).get_weights())
+    return ours
+
+
+def to_keras_hub(block):
+    """The inverse of `from_keras_hub` for a built paper-flavour
+    `EncoderBlock` / `DecoderBlock` whose attention width is its input
+    width (keras-hub's key_dim = width / num_heads).
+
+    Raises:
+        ValueError: another class or flavour, or an unbuilt block.
+    """
+    from tfattn.layers.decoder_block import DecoderBlock
+    from tfattn.layers.encoder_block import EncoderBlock
+
+    encoder_cls, decoder_cls = _hub_classes()
+    if not isinstance(block, (EncoderBlock, DecoderBlock)):
+        raise invalid_argument("block", "a tfattn EncoderBlock or "
+                               "DecoderBlock", _describe(block), _CONTEXT)
+    if block.flavor != "paper" or not block.built:
+        raise invalid_argument(
+            "block", "a built block of flavor 'paper' (keras-hub has no "
+            "reference flavours)",
+            f"{_describe(block)} of flavor {block.flavor!r}", _CONTEXT)
+    kwargs = dict(
+        intermediate_dim=block.ffn_units, num_heads=block.num_heads,
+        dropout=block.dropout_rate, activation=block.activation,
+        layer_norm_epsilon=block.self_attention_layer_norm.epsilon,
+        normalize_first=block.normalize_first,
+        kernel_initializer=keras.initializers.serialize(block.kernel_initializer),
+        bias_initializer=keras.initializers.serialize(block.bias_initializer),
+        dtype=block.dtype_policy, name=block.name)
+    width = block.self_attention.query_dense.kernel.shape[0]
+    is_decoder = isinstance(block, DecoderBlock)
+    if is_decoder:
+        theirs = decoder_cls(**kwargs)
+        memory = None
+        if block.use_cross_attention:
+            memory = (None, None,
+                      block.cross_attention.key_dense.kernel.shape[0])
+        theirs.build((None, None, width), memory)
+    else:
+        theirs = encoder_cls(**kwargs)
+        theirs.build((None, None, width))
+    pairs = [(block.self_attention, theirs._self_attention_layer)]
+    norms = list(_HUB_NORMS)
+    if is_decoder and block.use_cross_attention:
+        pairs.append((block.cross_attention, theirs._cross_attention_layer))
+        norms.append(("_cross_attention_layer_norm",
+                      "cross_attention_layer_norm"))
+    for mine, target in pairs:
+        ported = to_keras(mine)
+        for a, b in zip(target.weights, ported.weights):
+            a.assign(b)
+    for hub_name, mine in norms:
+        getattr(theirs, hub_name).set_weights(getattr(block, mine).get_weights())
+    for hub_name, mine in _HUB_DENSE:
+        getattr(theirs, hub_name).set_weights(
+            getattr(block.feed_forward, mine).get_weights())
     return theirs
