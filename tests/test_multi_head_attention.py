@@ -742,3 +742,29 @@ def test_each_projection_draws_its_own_kernel(initializer):
     for i in range(4):
         for j in range(i):
             assert np.abs(kernels[i] - kernels[j]).max() > 1e-3, (i, j)
+
+
+def test_keras_quantize_and_lora_come_through_the_dense_sublayers():
+    """`model.quantize("int8")` on a model holding the layer quantizes its
+    four projections (Keras quantizes the leaf Dense layers) and stays
+    close to float; LoRA on a projection trains only its low-rank factors
+    and starts as no change."""
+    x = _inputs(0, zero_rows=False)
+    layer = _built("paper", x)
+    before = np.asarray(layer(x))
+    inputs = keras.Input((T, C))
+    model = keras.Model(inputs, layer(inputs))
+    model.quantize("int8")
+    for d in (layer.query_dense, layer.key_dense, layer.value_dense,
+              layer.output_dense):
+        assert d.quantization_mode == "int8"
+    after = np.asarray(model(x))
+    assert np.abs(after - before).max() < 0.05 * np.abs(before).max()
+    assert np.abs(after - before).max() > 0  # int8 kernels, not float
+
+    lora = _built("paper", x)
+    plain = np.asarray(lora(x))
+    lora.query_dense.enable_lora(2)
+    np.testing.assert_allclose(lora(x), plain, atol=1e-6)  # B starts at 0
+    trainable = {v.path.split("/")[-1] for v in lora.query_dense.trainable_weights}
+    assert trainable == {"lora_kernel_a", "lora_kernel_b", "bias"}
