@@ -768,3 +768,51 @@ def test_keras_quantize_and_lora_come_through_the_dense_sublayers():
     np.testing.assert_allclose(lora(x), plain, atol=1e-6)  # B starts at 0
     trainable = {v.path.split("/")[-1] for v in lora.query_dense.trainable_weights}
     assert trainable == {"lora_kernel_a", "lora_kernel_b", "bias"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [1, 2, 4])
+def test_sliding_window_as_keras(window, causal):
+    """Keras's `sliding_window`: equal to Keras's layer with the same weights
+    (alone and with a causal mask); the weights outside the band are 0; the
+    cached one-step path gives the full pass's outputs (the band follows
+    `cache_index`)."""
+    x, memory = _inputs(0, zero_rows=False), _inputs(1, zero_rows=False)
+    ours = tfattn.MultiHeadAttention(num_heads=H, sliding_window=window,
+                                     causality=causal)
+    ours(x, x)
+    _randomize(ours)
+    theirs = keras.layers.MultiHeadAttention(num_heads=H, key_dim=C // H,
+                                             sliding_window=window)
+    theirs(x, x)
+    copy_to_keras_attention(theirs, ours)
+    got, weights = ours(x, x, return_attention_scores=True)
+    want, want_weights = theirs(x, x, use_causal_mask=causal,
+                                return_attention_scores=True)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(weights, want_weights, atol=1e-6)
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    outside = np.abs(i - j) >= window
+    assert np.all(np.asarray(weights)[:, :, outside] == 0.0)
+    if causal:
+        cache = ours.init_cache(B, T)
+        steps = []
+        for t in range(T):
+            out, cache = ours(x[:, t:t + 1], cache=cache,
+                              cache_index=tf.constant(t))
+            steps.append(np.asarray(out))
+        np.testing.assert_allclose(np.concatenate(steps, axis=1), got,
+                                   atol=1e-5)
+    assert tfattn.MultiHeadAttention.from_config(
+        ours.get_config()).sliding_window == window
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(sliding_window=0), r"`sliding_window`.*sliding_window=0"),
+    (dict(sliding_window=2.0), r"`sliding_window`.*sliding_window=2.0"),
+    (dict(sliding_window=3, flavor="reference_2017"),
+     r"`sliding_window`.*None in flavor 'reference_2017'"),
+])
+def test_bad_sliding_window(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        tfattn.MultiHeadAttention(num_heads=H, **kwargs)

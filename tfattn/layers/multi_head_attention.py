@@ -78,6 +78,10 @@ class MultiHeadAttention(keras.layers.Layer):
             memory instead of all of them; same numbers. "auto" chunks by 512
             once T_q·T_k >= 2048²; None never chunks. Not used while
             dropout is active. Defaults to `"auto"`.
+        sliding_window: int or None. Keras's local attention: query i sees
+            only keys j with |i - j| < sliding_window (a symmetric band; with
+            `causality=True`, the last `sliding_window` positions). Paper
+            flavour only. Defaults to `None` (every key).
         key_dim, value_dim: int or None. Keras's per-head widths (paper
             flavour): queries and keys are projected to H·key_dim, values to
             H·value_dim (default key_dim), and `num_heads` need not divide
@@ -144,6 +148,7 @@ class MultiHeadAttention(keras.layers.Layer):
         query_chunk_size="auto",
         key_dim=None,
         value_dim=None,
+        sliding_window=None,
         output_shape=None,
         use_bias=True,
         kernel_initializer="glorot_uniform",
@@ -175,6 +180,14 @@ class MultiHeadAttention(keras.layers.Layer):
             arguments.check_divisible(num_units, num_heads)
         dropout_rate = validation.check_rate("dropout_rate", dropout_rate, _CONTEXT)
         causality = validation.check_bool("causality", causality, _CONTEXT)
+        if sliding_window is not None:
+            validation.check_positive_int("sliding_window", sliding_window,
+                                          _CONTEXT)
+            if flavor != "paper":
+                raise validation.invalid_argument(
+                    "sliding_window", f"None in flavor '{flavor}' (the "
+                    "referenced code attends over every key)",
+                    sliding_window, _CONTEXT)
         super().__init__(**kwargs)
         self.key_dim = key_dim
         self.value_dim = value_dim
@@ -189,6 +202,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.flavor = flavor
         self.seed = seed
         self.query_chunk_size = query_chunk_size
+        self.sliding_window = sliding_window
         self.supports_masking = True
 
     def build(self, queries_shape, keys_shape=None, values_shape=None):
@@ -276,11 +290,16 @@ class MultiHeadAttention(keras.layers.Layer):
                 key, value, key_keep = cache["key"], cache["value"], cache["keep"]
                 query_offset = cache_index
 
-        causal = None
+        causal = None  # Every [T_q, T_k] position mask: causal, band.
         if self.causality:
             causal = masking.causal_mask(
                 ops.shape(query)[2], ops.shape(key)[2], query_offset
             )
+        if self.sliding_window is not None:
+            band = masking.sliding_window_mask(
+                ops.shape(query)[2], ops.shape(key)[2], self.sliding_window,
+                query_offset)
+            causal = band if causal is None else ops.logical_and(causal, band)
         bias = probs_multiplier = None
         if self.flavor == "reference_2019":
             # The 2019 reference adds key_masks * P instead of replacing.
@@ -505,6 +524,7 @@ class MultiHeadAttention(keras.layers.Layer):
             seed=self.seed,
             query_chunk_size=self.query_chunk_size,
             key_dim=self.key_dim,
+            sliding_window=self.sliding_window,
             value_dim=self.value_dim,
             output_shape=self.output_shape_,
             use_bias=self.use_bias,

@@ -77,6 +77,16 @@ def causal_mask(query_length, key_length, query_offset=0):
     return ops.greater_equal(rows + ops.cast(query_offset, "int32"), cols)
 
 
+def sliding_window_mask(query_length, key_length, window, query_offset=0):
+    """bool [T_q, T_k]: True where |query position - key position| <
+    `window`, query i sitting at position `query_offset + i` (Keras's
+    `sliding_window` band)."""
+    rows = ops.expand_dims(ops.arange(query_length, dtype="int32"), 1)
+    cols = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)
+    distance = rows + ops.cast(query_offset, "int32") - cols
+    return ops.less(ops.abs(distance), window)
+
+
 def combine_masks(*masks):
     """Logical AND of keep-masks that broadcast together; `None`s are skipped.
 
