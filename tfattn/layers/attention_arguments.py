@@ -173,3 +173,91 @@ def write_cache(cache, cache_index, key, value, key_keep):
         ),
         "keep": ops.slice_update(cache["keep"], (zero, index), key_keep),
     }
+
+
+def check_values_allowed(layer, values_shape):
+    """`values` is refused by `reference_2017` (V comes from the keys)."""
+    if layer.flavor == "reference_2017":
+        raise validation.invalid_argument(
+            "values",
+            "None in flavor 'reference_2017', whose V is projected from "
+            "the keys as in the referenced code (use flavor "
+            "'reference_2019' or 'paper' for separate values)",
+            f"<tensor of shape {validation.shape_of(values_shape)}>",
+            _CONTEXT,
+        )
+
+
+def check_inputs(
+    layer, queries, keys, values, key_masks, attention_mask, padding_mask,
+    cache, cache_index,
+):
+    """Ranks, batch and length agreement, masks and cache of a call."""
+    q_shape = validation.check_rank("queries", queries, 3, "[B, T_q, C]", _CONTEXT)
+    k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", _CONTEXT)
+    v_shape = validation.check_rank("values", values, 3, "[B, T_k, C]", _CONTEXT)
+    batch, t_q, t_k = q_shape[0], q_shape[1], k_shape[1]
+    for name, shape in (("keys", k_shape), ("values", v_shape)):
+        if None not in (batch, shape[0]) and shape[0] != batch:
+            raise validation.invalid_argument(
+                name,
+                f"the same batch size as `queries` ({batch})",
+                f"<tensor of shape {shape}>",
+                _CONTEXT,
+            )
+    if None not in (t_k, v_shape[1]) and v_shape[1] != t_k:
+        raise validation.invalid_argument(
+            "values",
+            f"the same length as `keys` ({t_k})",
+            f"<tensor of shape {v_shape}>",
+            _CONTEXT,
+        )
+    if key_masks is not None:
+        if layer.flavor != "reference_2019":
+            raise validation.invalid_argument(
+                "key_masks",
+                "None outside flavor 'reference_2019' (its True = padding "
+                "polarity is that reference's; pass `attention_mask`, "
+                "True = may attend, or Keras implicit masks instead)",
+                f"<tensor of shape {validation.shape_of(key_masks)}>",
+                _CONTEXT,
+            )
+        check_mask("key_masks", key_masks, (batch, t_k), "[B, T_k]")
+    if cache is not None:
+        t_k = check_cache(layer, cache, cache_index, batch)
+    if attention_mask is not None:
+        check_attention_mask(attention_mask, (batch, layer.num_heads, t_q, t_k))
+    if padding_mask is not None:
+        check_mask("padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
+
+def check_cache(layer, cache, cache_index, batch):
+    """Checks a cache against this layer; returns its key length."""
+    if not isinstance(cache, dict) or set(cache) != {"key", "value", "keep"}:
+        raise validation.invalid_argument(
+            "cache",
+            "a dict with keys 'key', 'value', 'keep' from `init_cache` or "
+            "`precompute_cache`",
+            cache if not isinstance(cache, dict) else sorted(cache),
+            _CONTEXT,
+        )
+    shape = validation.shape_of(cache["key"])
+    want = (batch, layer.num_heads, None, layer.units // layer.num_heads)
+    if len(shape) != 4 or any(
+        w is not None and s is not None and w != s for w, s in zip(want, shape)
+    ):
+        raise validation.invalid_argument(
+            "cache",
+            f"key/value tensors of shape [B, H, T, d] = {want} for this "
+            "layer (a cache from another model size?)",
+            f"<cache with key shape {shape}>",
+            _CONTEXT,
+        )
+    if cache_index is not None and not layer.causality:
+        raise validation.invalid_argument(
+            "cache_index",
+            "None for a layer with causality=False: incremental decoding "
+            "appends keys, which only a causal self-attention can do",
+            cache_index,
+            _CONTEXT,
+        )
+    return shape[2]

@@ -210,7 +210,7 @@ class MultiHeadAttention(keras.layers.Layer):
         keys_shape = queries_shape if keys_shape is None else keys_shape
         validation.check_rank("keys", keys_shape, 3, "[B, T_k, C]", _CONTEXT)
         if values_shape is not None:
-            self._check_values_allowed(values_shape)
+            arguments.check_values_allowed(self, values_shape)
             validation.check_rank("values", values_shape, 3, "[B, T_k, C]", _CONTEXT)
         else:
             values_shape = keys_shape
@@ -268,12 +268,12 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index=None,
     ):
         if values is not None:
-            self._check_values_allowed(values.shape)
+            arguments.check_values_allowed(self, values.shape)
         keys = queries if keys is None else keys
         values = keys if values is None else values
-        self._check_inputs(
-            queries, keys, values, key_masks, attention_mask, padding_mask,
-            cache, cache_index,
+        arguments.check_inputs(
+            self, queries, keys, values, key_masks, attention_mask,
+            padding_mask, cache, cache_index,
         )
         query_offset = 0
         if cache is not None and cache_index is None:
@@ -390,97 +390,13 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         values = keys if values is None else values
         if values is not keys:
-            self._check_values_allowed(values.shape)
+            arguments.check_values_allowed(self, values.shape)
         key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
         value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
         keep = self._key_keep(keys, values, key_masks, padding_mask)
         if keep is None:
             keep = ops.ones(ops.shape(keys)[:2], "bool")
         return {"key": key, "value": value, "keep": keep}
-
-    def _check_values_allowed(self, values_shape):
-        if self.flavor == "reference_2017":
-            raise validation.invalid_argument(
-                "values",
-                "None in flavor 'reference_2017', whose V is projected from "
-                "the keys as in the referenced code (use flavor "
-                "'reference_2019' or 'paper' for separate values)",
-                f"<tensor of shape {validation.shape_of(values_shape)}>",
-                _CONTEXT,
-            )
-
-    def _check_inputs(
-        self, queries, keys, values, key_masks, attention_mask, padding_mask,
-        cache, cache_index,
-    ):
-        q_shape = validation.check_rank("queries", queries, 3, "[B, T_q, C]", _CONTEXT)
-        k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", _CONTEXT)
-        v_shape = validation.check_rank("values", values, 3, "[B, T_k, C]", _CONTEXT)
-        batch, t_q, t_k = q_shape[0], q_shape[1], k_shape[1]
-        for name, shape in (("keys", k_shape), ("values", v_shape)):
-            if None not in (batch, shape[0]) and shape[0] != batch:
-                raise validation.invalid_argument(
-                    name,
-                    f"the same batch size as `queries` ({batch})",
-                    f"<tensor of shape {shape}>",
-                    _CONTEXT,
-                )
-        if None not in (t_k, v_shape[1]) and v_shape[1] != t_k:
-            raise validation.invalid_argument(
-                "values",
-                f"the same length as `keys` ({t_k})",
-                f"<tensor of shape {v_shape}>",
-                _CONTEXT,
-            )
-        if key_masks is not None:
-            if self.flavor != "reference_2019":
-                raise validation.invalid_argument(
-                    "key_masks",
-                    "None outside flavor 'reference_2019' (its True = padding "
-                    "polarity is that reference's; pass `attention_mask`, "
-                    "True = may attend, or Keras implicit masks instead)",
-                    f"<tensor of shape {validation.shape_of(key_masks)}>",
-                    _CONTEXT,
-                )
-            arguments.check_mask("key_masks", key_masks, (batch, t_k), "[B, T_k]")
-        if cache is not None:
-            t_k = self._check_cache(cache, cache_index, batch)
-        if attention_mask is not None:
-            arguments.check_attention_mask(attention_mask, (batch, self.num_heads, t_q, t_k))
-        if padding_mask is not None:
-            arguments.check_mask("padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
-
-    def _check_cache(self, cache, cache_index, batch):
-        """Checks a cache against this layer; returns its key length."""
-        if not isinstance(cache, dict) or set(cache) != {"key", "value", "keep"}:
-            raise validation.invalid_argument(
-                "cache",
-                "a dict with keys 'key', 'value', 'keep' from `init_cache` or "
-                "`precompute_cache`",
-                cache if not isinstance(cache, dict) else sorted(cache),
-                _CONTEXT,
-            )
-        shape = validation.shape_of(cache["key"])
-        want = (batch, self.num_heads, None, self.units // self.num_heads)
-        if len(shape) != 4 or any(
-            w is not None and s is not None and w != s for w, s in zip(want, shape)
-        ):
-            raise validation.invalid_argument(
-                "cache",
-                f"key/value tensors of shape [B, H, T, d] = {want} for this "
-                "layer (a cache from another model size?)",
-                f"<cache with key shape {shape}>",
-                _CONTEXT,
-            )
-        if cache_index is not None and not self.causality:
-            raise validation.invalid_argument(
-                "cache_index",
-                "None for a layer with causality=False: incremental decoding "
-                "appends keys, which only a causal self-attention can do",
-                cache_index,
-                _CONTEXT,
-            )
-        return shape[2]
 
     def _widths(self, queries_shape):
         """(query/key width H·d_k, value width H·d_v, output width)."""
