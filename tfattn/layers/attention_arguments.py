@@ -5,6 +5,7 @@ import keras
 from keras import ops
 
 from tfattn import validation
+from tfattn.layers.initializers import initializer_arguments
 
 _CONTEXT = "MultiHeadAttention"
 
@@ -121,25 +122,24 @@ DENSE_OPTIONS = (
 
 
 def dense_options(**options):
-    """Keras objects for the projections' initializers, regularizers and
-    constraints (names, configs or instances, as Keras takes them)."""
-    getters = {"initializer": keras.initializers.get,
-               "regularizer": keras.regularizers.get,
+    """Keras objects for the projections' initializers (`initializers.
+    initializer_arguments`), regularizers and constraints (names, configs or
+    instances, as Keras takes them; None for no regularizer/constraint)."""
+    getters = {"regularizer": keras.regularizers.get,
                "constraint": keras.constraints.get}
-    resolved = {}
+    resolved = initializer_arguments(
+        _CONTEXT, **{k: v for k, v in options.items()
+                     if k.endswith("_initializer")})
     for name, value in options.items():
         kind = name.split("_", 1)[1]
+        if kind == "initializer":
+            continue
         try:
             resolved[name] = getters[kind](value)
         except (ValueError, TypeError) as error:
             raise validation.invalid_argument(
-                name, f"a Keras {kind}, its name or config"
-                + (" (or None)" if kind != "initializer" else ""),
+                name, f"a Keras {kind}, its name or config (or None)",
                 value, _CONTEXT) from error
-        if kind == "initializer" and resolved[name] is None:
-            raise validation.invalid_argument(
-                name, "a Keras initializer, its name or config", value,
-                _CONTEXT)
     return resolved
 
 
