@@ -55,8 +55,6 @@ from tfattn import evaluation
 from tfattn import losses
 from tfattn.optimization import build_optimizer
 from tfattn.optimization import current_learning_rate
-from tfattn.data.training_input import distributed_batches
-from tfattn.data.training_input import steps_per_epoch
 from tfattn.data import training_input
 from tfattn.data.sources import build_tokenizer
 from tfattn.data.sources import check_dataset
@@ -210,8 +208,9 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
                                 resume=latest is not None)
     if chief:
         write_text_atomically(hparams_path(model_dir), config.to_json(hp))
-    total_steps = hp.train_steps or hp.train_epochs * steps_per_epoch(
-        hp, tokenizer, dataset)
+    total_steps = hp.train_steps or (
+        hp.train_epochs * training_input.steps_per_epoch(hp, tokenizer,
+                                                         dataset))
 
     model, optimizer, step, train_step = build_trainer(
         strategy, hp, tokenizer.vocab_size, seed, mixed_precision,
@@ -234,7 +233,7 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
                            time.time() - started)
 
     static = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
-    iterator = iter(distributed_batches(
+    iterator = iter(training_input.distributed_batches(
         strategy, hp, tokenizer, dataset, seed + start_step, static))
     writer = (tf.summary.create_file_writer(
         os.path.join(model_dir, SUMMARY_DIRNAME)) if chief
