@@ -199,6 +199,24 @@ def attention_params(attention):
     return params
 
 
+def load_keras_attention_weights(ours, theirs):
+    """tfattn's paper projections from a Keras MultiHeadAttention's
+    EinsumDense weights, written from Keras's layout: kernels (C, H, d) ->
+    (C, H·d), biases (H, d) -> (H·d), the output kernel (H, d_v, O) ->
+    (H·d_v, O); the gate's as the value's."""
+    pairs = [(ours.query_dense, theirs._query_dense),
+             (ours.key_dense, theirs._key_dense),
+             (ours.value_dense, theirs._value_dense),
+             (ours.output_dense, theirs._output_dense)]
+    if ours.use_gate:
+        pairs.append((ours.gate_dense, theirs._gate_dense))
+    for mine, keras_part in pairs:
+        mine.kernel.assign(np.reshape(keras_part.kernel.numpy(),
+                                      mine.kernel.shape))
+        if mine.bias is not None:
+            mine.bias.assign(np.reshape(keras_part.bias.numpy(), [-1]))
+
+
 def copy_to_keras_attention(twin, attention):
     """Sets a built `keras.layers.MultiHeadAttention` (or keras-hub's) to a
     paper-flavour tfattn attention's weights: (C, H·d) kernels become

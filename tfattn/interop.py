@@ -12,10 +12,10 @@
   `EncoderBlock` / `DecoderBlock` (attention through `from_keras`, layer
   norms and feed-forward Dense layers as they are).
 
-Both return a new, built layer; the input is not changed. A Keras layer
-with `attention_axes` other than the sequence axis, `use_gate=True` or a
-`sliding_window` has no tfattn equivalent yet and is refused, as is an
-unbuilt layer or one of another class.
+Both return a new, built layer; the input is not changed. `attention_axes`
+(inputs of any rank), `use_gate` and `sliding_window` are carried, with
+the gate's kernel [C, H, d_v] <-> [C, H·d_v]. An unbuilt layer or one of
+another class is refused.
 
 ```python
 theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)
@@ -46,11 +46,10 @@ def _describe(layer):
 
 def from_keras(layer):
     """A paper-flavour `tfattn.MultiHeadAttention` equal to a built
-    `keras.layers.MultiHeadAttention` (rank-3 inputs).
+    `keras.layers.MultiHeadAttention`.
 
     Raises:
-        ValueError: not a built Keras MultiHeadAttention, or one with
-            `attention_axes`, `use_gate` or `sliding_window` set.
+        ValueError: not a built Keras MultiHeadAttention.
     """
     if not isinstance(layer, keras.layers.MultiHeadAttention):
         raise invalid_argument("layer", "a keras.layers.MultiHeadAttention",
@@ -59,33 +58,23 @@ def from_keras(layer):
         raise invalid_argument("layer", "a built layer (call it once first)",
                                _describe(layer), _CONTEXT)
     config = layer.get_config()
-    equation = getattr(layer._query_dense, "equation", None)
-    if equation != "abc,cde->abde" or config.get("attention_axes") not in (
-            None, 1, (1,), [1]):
-        raise invalid_argument(
-            "layer", "a layer over [B, T, C] inputs attending over axis 1 "
-            "(tfattn has no `attention_axes` yet)",
-            f"{_describe(layer)} with query projection {equation!r} and "
-            f"attention_axes={config.get('attention_axes')}", _CONTEXT)
-    for name in ("use_gate", "sliding_window"):
-        if config.get(name):
-            raise invalid_argument(
-                "layer", f"a layer without `{name}` (tfattn has none yet)",
-                f"{_describe(layer)} with {name}={config[name]!r}", _CONTEXT)
-    output_shape = config.get("output_shape")
+    rank = len(layer._query_dense.equation.split(",")[0])
     ours = MultiHeadAttention(
         num_heads=config["num_heads"], key_dim=config["key_dim"],
         value_dim=config.get("value_dim"),
-        output_shape=output_shape,
+        output_shape=config.get("output_shape"),
         use_bias=config["use_bias"], dropout_rate=float(config["dropout"]),
-        seed=config.get("seed"),
+        seed=config.get("seed"), attention_axes=config.get("attention_axes"),
+        use_gate=bool(config.get("use_gate")),
+        sliding_window=config.get("sliding_window"),
         activity_regularizer=config.get("activity_regularizer"),
         dtype=layer.dtype_policy, name=layer.name,
         **{name: config[name] for name in _SHARED_OPTIONS},
     )
-    ours.build(*[(None, None, getattr(layer, f"_{part}_dense").kernel.shape[0])
+    ours.build(*[(None,) * (rank - 1)
+                 + (getattr(layer, f"_{part}_dense").kernel.shape[0],)
                  for part in _PROJECTIONS])
-    for part in _PROJECTIONS:
+    for part in _PROJECTIONS + (("gate",) if ours.use_gate else ()):
         theirs = getattr(layer, f"_{part}_dense")
         mine = getattr(ours, f"{part}_dense")
         mine.kernel.assign(np.reshape(theirs.kernel.numpy(), mine.kernel.shape))
@@ -129,12 +118,17 @@ def to_keras(layer):
         num_heads=heads, key_dim=key_dim, value_dim=value_dim,
         output_shape=None if output_width == query_width else output_width,
         use_bias=layer.use_bias, dropout=layer.dropout_rate, seed=layer.seed,
+        attention_axes=layer.attention_axes, use_gate=layer.use_gate,
+        sliding_window=layer.sliding_window,
         dtype=layer.dtype_policy, name=layer.name, **options)
     width = {part: getattr(layer, f"{part}_dense").kernel.shape[0]
              for part in _PROJECTIONS}
-    theirs.build((None, None, width["query"]), (None, None, width["value"]),
-                 (None, None, width["key"]))
-    for part, d in zip(_PROJECTIONS, (key_dim, key_dim, value_dim)):
+    leading = (None,) * (layer.input_rank - 1)
+    theirs.build(leading + (width["query"],), leading + (width["value"],),
+                 leading + (width["key"],))
+    parts = _PROJECTIONS + (("gate",) if layer.use_gate else ())
+    width["gate"] = width["query"]
+    for part, d in zip(parts, (key_dim, key_dim, value_dim, value_dim)):
         mine = getattr(layer, f"{part}_dense")
         target = getattr(theirs, f"_{part}_dense")
         target.kernel.assign(np.reshape(mine.kernel.numpy(),

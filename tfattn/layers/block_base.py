@@ -6,6 +6,7 @@ from tfattn import validation
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
+from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
@@ -226,4 +227,4 @@ class BlockBase(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
-        return config
+        return with_sublayer_policies(self, config)

@@ -5,6 +5,7 @@ import keras
 from tfattn import validation
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
+from tfattn.layers.quantization import with_sublayer_policies
 
 _CONTEXT = "FeedForward"
 
@@ -160,4 +161,4 @@ class FeedForward(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
-        return config
+        return with_sublayer_policies(self, config)

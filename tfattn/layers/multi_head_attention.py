@@ -5,7 +5,9 @@ from keras import ops
 
 from tfattn import validation
 from tfattn.layers import attention_arguments as arguments
+from tfattn.layers import attention_axes as axes_lib
 from tfattn.layers.initializers import fresh_initializers
+from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
 from tfattn.validation import FLAVORS
@@ -86,6 +88,16 @@ class MultiHeadAttention(keras.layers.Layer):
             flavour): queries and keys are projected to H·key_dim, values to
             H·value_dim (default key_dim), and `num_heads` need not divide
             the input width. None (default): every head is num_units / H.
+        attention_axes: None, an int or a tuple of ints (paper flavour).
+            Keras's axes of [B, d_1, ..., d_n, C] inputs to attend over,
+            jointly; the other axes act as batch axes. None (default): every
+            axis between batch and features (axis 1 of [B, T, C]). Rank > 3
+            inputs are folded to [B', T, C] (`attention_axes.Fold`);
+            `causality` and `sliding_window` then act on the flattened
+            attention positions, and there is no `cache`.
+        use_gate: bool. Keras's gated attention (paper flavour): the heads'
+            output is multiplied by sigmoid(`gate_dense`(queries)), [B, T_q,
+            H·value_dim], before the output projection. Defaults to `False`.
         output_shape: int, a tuple of one int, or None. Width of the output
             projection (paper flavour). Defaults to the query width when
             `key_dim` is given, else `num_units`.
@@ -99,8 +111,8 @@ class MultiHeadAttention(keras.layers.Layer):
             `activity_regularizer`, ...).
 
     Call arguments:
-        queries: [B, T_q, C_q].
-        keys: [B, T_k, C_k]. Defaults to `queries` (self-attention).
+        queries: [B, T_q, C_q] (or [B, d_1, ..., d_n, C_q], paper flavour).
+        keys: [B, T_k, C_k], of the queries' rank. Defaults to `queries` (self-attention).
         values: [B, T_k, C_v]. Defaults to `keys`. Not accepted by
             `reference_2017`, whose V is projected from the keys.
         key_masks: bool [B, T_k], True = padding (`reference_2019` only).
@@ -121,8 +133,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Returns:
         output [B, T_q, C]; with `return_attention_scores=True` also the
-        weights [B, H, T_q, T_k] (float32, before dropout); with a `cache`
-        also the updated cache, last: `output`, `(output, weights)`,
+        weights [B, H, T_q, T_k] (float32, before dropout; for rank > 3,
+        Keras's [B, batch axes..., H, query axes..., key axes...]); with a
+        `cache` also the updated cache, last: `output`, `(output, weights)`,
         `(output, cache)` or `(output, weights, cache)`.
 
     Example:
@@ -157,6 +170,8 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_regularizer=None,
         kernel_constraint=None,
         bias_constraint=None,
+        attention_axes=None,
+        use_gate=False,
         **kwargs,
     ):
         num_heads = validation.check_positive_int("num_heads", num_heads, _CONTEXT)
@@ -188,7 +203,15 @@ class MultiHeadAttention(keras.layers.Layer):
                     "sliding_window", f"None in flavor '{flavor}' (the "
                     "referenced code attends over every key)",
                     sliding_window, _CONTEXT)
+        attention_axes = axes_lib.check_attention_axes(attention_axes, flavor)
+        use_gate = validation.check_bool("use_gate", use_gate, _CONTEXT)
+        if use_gate and flavor != "paper":
+            raise validation.invalid_argument(
+                "use_gate", f"False in flavor '{flavor}' (the referenced code "
+                "has no gate)", use_gate, _CONTEXT)
         super().__init__(**kwargs)
+        self.attention_axes = attention_axes
+        self.use_gate = use_gate
         self.key_dim = key_dim
         self.value_dim = value_dim
         self.output_shape_ = output_shape
@@ -206,14 +229,13 @@ class MultiHeadAttention(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, queries_shape, keys_shape=None, values_shape=None):
-        validation.check_rank("queries", queries_shape, 3, "[B, T_q, C]", _CONTEXT)
         keys_shape = queries_shape if keys_shape is None else keys_shape
-        validation.check_rank("keys", keys_shape, 3, "[B, T_k, C]", _CONTEXT)
         if values_shape is not None:
             arguments.check_values_allowed(self, values_shape)
-            validation.check_rank("values", values_shape, 3, "[B, T_k, C]", _CONTEXT)
         else:
             values_shape = keys_shape
+        self.input_rank = self._check_shapes(queries_shape, keys_shape,
+                                             values_shape)
         units, value_units, output_units = self._widths(queries_shape)
         arguments.check_divisible(units, self.num_heads)
         if self.flavor != "paper" and units != queries_shape[-1]:
@@ -226,6 +248,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         self.units = units
         self.value_units = value_units
+
         def dense(width, name):
             return keras.layers.Dense(
                 width, name=name, use_bias=self.use_bias,
@@ -238,6 +261,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense.build(keys_shape)
         self.value_dense = dense(value_units, "value_dense")
         self.value_dense.build(values_shape)
+        if self.use_gate:
+            self.gate_dense = keras.layers.Dense(
+                value_units, name="gate_dense", use_bias=self.use_bias,
+                activation="sigmoid", dtype=self.dtype_policy,
+                **self._dense_options())
+            self.gate_dense.build(queries_shape)
         if self.flavor == "paper":
             self.output_dense = dense(output_units, "output_dense")
             self.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
@@ -271,10 +300,28 @@ class MultiHeadAttention(keras.layers.Layer):
             arguments.check_values_allowed(self, values.shape)
         keys = queries if keys is None else keys
         values = keys if values is None else values
+        rank = self._check_shapes(queries.shape, keys.shape, values.shape)
+        if rank > 3:
+            if cache is not None or cache_index is not None:
+                raise validation.invalid_argument(
+                    "cache", "None for inputs of rank > 3 (incremental "
+                    "decoding works on [B, T, C])", "<a cache>", _CONTEXT)
+            fold = axes_lib.Fold(rank, axes_lib.resolve(self.attention_axes, rank))
+            return fold.attend(
+                self._attend, self.num_heads, queries, keys, values,
+                attention_mask, padding_mask, training, return_attention_scores)
         arguments.check_inputs(
             self, queries, keys, values, key_masks, attention_mask,
             padding_mask, cache, cache_index,
         )
+        return self._attend(queries, keys, values, key_masks, attention_mask,
+                            padding_mask, training, return_attention_scores,
+                            cache, cache_index)
+
+    def _attend(self, queries, keys, values, key_masks, attention_mask,
+                padding_mask, training, return_attention_scores, cache,
+                cache_index):
+        """Attention over [B, T, C] inputs whose arguments are checked."""
         query_offset = 0
         if cache is not None and cache_index is None:
             # Cross-attention over keys projected once (`precompute_cache`).
@@ -338,6 +385,8 @@ class MultiHeadAttention(keras.layers.Layer):
             fully_masked="zero" if self.flavor == "paper" else "uniform",
         )
         output = attention_ops.merge_heads(output)
+        if self.use_gate:
+            output = output * self.gate_dense(queries)
         if self.flavor == "paper":
             output = self.output_dense(output)
         else:
@@ -417,17 +466,24 @@ class MultiHeadAttention(keras.layers.Layer):
             {name: getattr(self, name) for name in arguments.DENSE_OPTIONS})
 
     def compute_output_shape(self, queries_shape, keys_shape=None, values_shape=None):
-        validation.check_rank("queries", queries_shape, 3, "[B, T_q, C]", _CONTEXT)
         keys_shape = queries_shape if keys_shape is None else keys_shape
-        validation.check_rank("keys", keys_shape, 3, "[B, T_k, C]", _CONTEXT)
         values_shape = keys_shape if values_shape is None else values_shape
-        validation.check_rank("values", values_shape, 3, "[B, T_k, C]", _CONTEXT)
+        self._check_shapes(queries_shape, keys_shape, values_shape)
         if tuple(values_shape)[:-1] != tuple(keys_shape)[:-1]:
             raise ValueError(
                 "All dimensions of `values` and `keys`, except the last one, "
                 f"must be equal. Received: values_shape={tuple(values_shape)} "
                 f"and keys_shape={tuple(keys_shape)}")
         return tuple(queries_shape[:-1]) + (self._widths(queries_shape)[2],)
+
+    def _check_shapes(self, queries_shape, keys_shape, values_shape):
+        """Ranks (3, or more in the paper flavour) and attention axes."""
+        shapes = {"queries": validation.shape_of(queries_shape),
+                  "keys": validation.shape_of(keys_shape),
+                  "values": validation.shape_of(values_shape)}
+        rank = axes_lib.check_input_ranks(self.flavor, shapes)
+        axes_lib.resolve(self.attention_axes, rank)
+        return rank
 
     def get_config(self):
         config = super().get_config()
@@ -444,6 +500,8 @@ class MultiHeadAttention(keras.layers.Layer):
             value_dim=self.value_dim,
             output_shape=self.output_shape_,
             use_bias=self.use_bias,
+            attention_axes=self.attention_axes,
+            use_gate=self.use_gate,
         )
         config.update(arguments.serialize_dense_options(self._dense_options()))
-        return config
+        return with_sublayer_policies(self, config)

@@ -9,6 +9,7 @@ from tfattn.layers.block_base import block_arguments
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.encoder import Encoder
 from tfattn.layers.positional_encoding import PositionalEncoding
+from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.ops import masking
 
@@ -424,7 +425,7 @@ class Transformer(keras.Model):
                 self.embeddings_initializer),
             seed=self.seed,
         )
-        return config
+        return with_sublayer_policies(self, config)
 
 
 def _resolve(name, value, defaults, flavor, fixed=True):

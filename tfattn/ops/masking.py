@@ -40,6 +40,14 @@ def implicit_mask(x):
     return getattr(x, "_keras_mask", None)
 
 
+def with_implicit_mask(x, mask):
+    """`x` carrying `mask` as its Keras implicit mask (as Keras layers
+    attach it); `x` unchanged when `mask` is None."""
+    if mask is not None:
+        x._keras_mask = mask
+    return x
+
+
 def nonzero_rows(x):
     """Keep-mask of the rows of `x` that are not all zeros.
 
