@@ -400,3 +400,74 @@ def smoothed_cross_entropy(logits, labels, epsilon=0.1, pad_id=0,
     ce = -np.sum(y_s * log_sm, axis=-1)
     nonpad = (labels != pad_id).astype(np.float64)
     return float(np.sum(ce * nonpad) / (np.sum(nonpad) + denom_epsilon))
+
+
+# ---------------------------------------------------------------------------
+# 1.7 / 2.9 whole models
+# ---------------------------------------------------------------------------
+# params of a block: 'self' (and 'cross' in the decoder): the MHA params
+# above; 'ffn': 'w1','b1','w2','b2' (ReLU inner, linear outer) and
+# 'gamma','beta' (the LN after the residual, eps 1e-8).
+def _ffn_ln(x, ffn):
+    inner = _dense(x, ffn['w1'], ffn['b1'], relu=True)
+    return layer_norm(x + _dense(inner, ffn['w2'], ffn['b2']), ffn['gamma'],
+                      ffn['beta'], epsilon=1e-8)
+
+
+def _scaled_lookup(table, ids):
+    """E[ids] * sqrt(C) with row 0 read as zeros (zero_pad, spec 1.2 / 2.2)."""
+    table = _f32(table)
+    e = table[ids] * np.float32(np.sqrt(table.shape[1]))
+    return np.where((ids == 0)[..., None], np.float32(0.0), e).astype(np.float32)
+
+
+def transformer_reference_2017(params, source, target_in, num_heads):
+    """G1b ``Graph`` logits (spec 1.7): separate scaled embeddings
+    ('source_embeddings', 'target_embeddings'), learned positions
+    ('source_positions', 'target_positions') added and re-zeroed at rows
+    whose embedding is all zero, blocks 'encoder' / 'decoder' (lists),
+    untied output 'output_kernel', 'output_bias'. Dropout off."""
+    def embed(table, positions, ids):
+        e = _scaled_lookup(table, ids)
+        keep = np.sign(np.sum(np.abs(e), axis=-1, keepdims=True))
+        return ((e + _f32(positions)[: ids.shape[1]]) * keep).astype(np.float32)
+
+    x = embed(params['source_embeddings'], params['source_positions'], source)
+    for block in params['encoder']:
+        x, _ = mha_reference_2017(x, x, block['self'], num_heads)
+        x = _ffn_ln(x, block['ffn'])
+    y = embed(params['target_embeddings'], params['target_positions'], target_in)
+    for block in params['decoder']:
+        y, _ = mha_reference_2017(y, y, block['self'], num_heads, causality=True)
+        y, _ = mha_reference_2017(y, x, block['cross'], num_heads)
+        y = _ffn_ln(y, block['ffn'])
+    return _dense(y, params['output_kernel'], params['output_bias'])
+
+
+def transformer_reference_2019(params, source, target_in, num_heads):
+    """G2c ``Transformer`` logits (spec 2.9): one table 'embeddings' for the
+    source, the target and the output (logits = dec · Eᵀ with row 0 zero),
+    the sinusoid zeroed where the scaled embedding element is 0, key masks
+    from ids, blocks 'encoder' / 'decoder'. Dropout off."""
+    table = _f32(params['embeddings'])
+    pe = sinusoid_2019(max(source.shape[1], target_in.shape[1]), table.shape[1])
+
+    def embed(ids):
+        e = _scaled_lookup(table, ids)
+        return (e + np.where(e == 0, np.float32(0.0), pe[: ids.shape[1]])).astype(np.float32)
+
+    x = embed(source)
+    for block in params['encoder']:
+        x, _ = mha_reference_2019(x, x, x, block['self'], num_heads,
+                                  key_masks=source == 0)
+        x = _ffn_ln(x, block['ffn'])
+    y = embed(target_in)
+    for block in params['decoder']:
+        y, _ = mha_reference_2019(y, y, y, block['self'], num_heads,
+                                  key_masks=target_in == 0, causality=True)
+        y, _ = mha_reference_2019(y, x, x, block['cross'], num_heads,
+                                  key_masks=source == 0)
+        y = _ffn_ln(y, block['ffn'])
+    zero_padded = np.where((np.arange(table.shape[0]) == 0)[:, None],
+                           np.float32(0.0), table)
+    return np.matmul(y, zero_padded.T).astype(np.float32)

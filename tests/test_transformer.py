@@ -190,42 +190,38 @@ def _attention_params(attention):
     return params
 
 
-def _ff_ln(x, block):
+def _block_params(block):
     (w1, b1), (w2, b2) = (_dense(block.feed_forward.inner_dense),
                           _dense(block.feed_forward.outer_dense))
-    ff = np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
-    return ref.layer_norm(x + ff, *_ln(block.feed_forward_layer_norm), epsilon=1e-8)
+    gamma, beta = _ln(block.feed_forward_layer_norm)
+    params = {"self": _attention_params(block.self_attention),
+              "ffn": dict(w1=w1, b1=b1, w2=w2, b2=b2, gamma=gamma, beta=beta)}
+    if getattr(block, "cross_attention", None) is not None:
+        params["cross"] = _attention_params(block.cross_attention)
+    return params
 
 
-def _lookup(table, ids):
-    e = table[ids] * np.float32(math.sqrt(C))
-    return np.where((ids == 0)[..., None], 0.0, e).astype("float32")
+def reference_params(model):
+    """A reference-flavour model's weights in tests/reference_numpy's
+    whole-model layout."""
+    params = {"encoder": [_block_params(b) for b in model.encoder.blocks],
+              "decoder": [_block_params(b) for b in model.decoder.blocks]}
+    if model.flavor == "reference_2019":
+        params["embeddings"] = model.source_embedding.embeddings.numpy()
+        return params
+    params.update(
+        source_embeddings=model.source_embedding.embeddings.numpy(),
+        target_embeddings=model.target_embedding.embeddings.numpy(),
+        source_positions=model.source_positions.embeddings.numpy(),
+        target_positions=model.target_positions.embeddings.numpy())
+    params["output_kernel"], params["output_bias"] = _dense(model.output_dense)
+    return params
 
 
 def test_reference_2019_matches_numpy_model():
     model = _model("reference_2019")
-    table = model.source_embedding.embeddings.numpy()
-    pe = ref.sinusoid_2019(L, C)
-
-    def embed(ids):
-        e = _lookup(table, ids)
-        return e + np.where(e == 0, 0.0, pe[: ids.shape[1]])
-
-    src_pad, tgt_pad = SOURCE == 0, TARGET_IN == 0
-    x = embed(SOURCE)
-    for block in model.encoder.blocks:
-        x, _ = ref.mha_reference_2019(x, x, x, _attention_params(block.self_attention),
-                                      H, key_masks=src_pad)
-        x = _ff_ln(x, block)
-    y = embed(TARGET_IN)
-    for block in model.decoder.blocks:
-        y, _ = ref.mha_reference_2019(y, y, y, _attention_params(block.self_attention),
-                                      H, key_masks=tgt_pad, causality=True)
-        y, _ = ref.mha_reference_2019(y, x, x, _attention_params(block.cross_attention),
-                                      H, key_masks=src_pad)
-        y = _ff_ln(y, block)
-    zero_padded = np.where((np.arange(V) == 0)[:, None], 0.0, table)
-    want = y @ zero_padded.T
+    want = ref.transformer_reference_2019(reference_params(model), SOURCE,
+                                          TARGET_IN, H)
     np.testing.assert_allclose(model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5)
 
 
@@ -237,24 +233,9 @@ def test_reference_2017_matches_numpy_model():
     rng = np.random.default_rng(2)
     for w in model.weights:
         w.assign(0.4 * rng.normal(size=w.shape).astype("float32"))
-
-    def embed(layer, positions, ids):  # §1.7 G1b steps 1-4
-        e = _lookup(layer.embeddings.numpy(), ids)
-        m = np.sign(np.abs(e).sum(-1, keepdims=True))
-        return (e + positions.embeddings.numpy()[: ids.shape[1]]) * m
-
-    x = embed(model.source_embedding, model.source_positions, SOURCE)
-    for block in model.encoder.blocks:
-        x, _ = ref.mha_reference_2017(x, x, _attention_params(block.self_attention), H)
-        x = _ff_ln(x, block)
-    y = embed(model.target_embedding, model.target_positions, TARGET_IN)
-    for block in model.decoder.blocks:
-        y, _ = ref.mha_reference_2017(y, y, _attention_params(block.self_attention), H,
-                                      causality=True)
-        y, _ = ref.mha_reference_2017(y, x, _attention_params(block.cross_attention), H)
-        y = _ff_ln(y, block)
-    kernel, bias = _dense(model.output_dense)
-    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), y @ kernel + bias,
+    want = ref.transformer_reference_2017(reference_params(model), SOURCE,
+                                          TARGET_IN, H)
+    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), want,
                                atol=1e-4, rtol=1e-5)
 
 

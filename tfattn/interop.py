@@ -7,6 +7,10 @@
   [H, d_v, O] becomes [H·d_v, O].
 - `to_keras(layer)`: the inverse, for a built paper-flavour
   `tfattn.MultiHeadAttention`.
+- `from_reference_checkpoint(path)` / `load_reference_checkpoint(model,
+  path)`: a checkpoint written by the referenced TF1 code -> a
+  `reference_2017` / `reference_2019` `Transformer`
+  (tfattn/reference_checkpoint.py).
 - `from_keras_hub(block)` / `to_keras_hub(block)`: keras-hub's
   `TransformerEncoder` / `TransformerDecoder` <-> tfattn's paper-flavour
   `EncoderBlock` / `DecoderBlock` (attention through `from_keras`, layer
@@ -29,6 +33,8 @@ import keras
 import numpy as np
 
 from tfattn.layers.multi_head_attention import MultiHeadAttention
+from tfattn.reference_checkpoint import from_reference_checkpoint  # noqa: F401
+from tfattn.reference_checkpoint import load_reference_checkpoint  # noqa: F401
 from tfattn.validation import invalid_argument
 
 _CONTEXT = "interop"
