@@ -408,3 +408,31 @@ def test_porting_blocks_refuses_what_it_cannot_carry():
                                                 num_heads=H))
     with pytest.raises(ValueError, match="flavor 'paper'.*'reference_2019'"):
         tfattn.interop.to_keras_hub(_block("reference_2019"))
+
+
+def test_cross_attention_decided_by_the_first_call_as_keras_hub():
+    """Default `use_cross_attention=None`: keras-hub's TransformerDecoder
+    behaviour. Built with memory -> cross-attention (a later call without
+    memory is refused); built without -> GPT-style (a later call with memory
+    is refused); the implicit mask of the input propagates either way; the
+    resolved value travels in the config."""
+    x, memory = _inputs(), _memory()
+    with_memory = tfattn.DecoderBlock(num_heads=H, ffn_units=F)
+    assert with_memory.use_cross_attention is None
+    with_memory(x, memory)
+    assert with_memory.use_cross_attention is True
+    assert len(with_memory.trainable_weights) == 26  # keras-hub's count
+    with pytest.raises(ValueError, match=r"`memory`.*Received: memory=None"):
+        with_memory(x)
+    alone = tfattn.DecoderBlock(num_heads=H, ffn_units=F)
+    masked = tf.identity(x)
+    masked._keras_mask = tf.constant(_keep(T))
+    out = alone(masked)
+    assert alone.use_cross_attention is False
+    assert len(alone.trainable_weights) == 16  # keras-hub's count
+    np.testing.assert_array_equal(out._keras_mask, _keep(T))
+    with pytest.raises(ValueError, match=r"`memory`.*first called without "
+                                         r"memory.*\(2, 6, 8\)"):
+        alone(x, memory)
+    clone = tfattn.DecoderBlock.from_config(alone.get_config())
+    assert clone.use_cross_attention is False

@@ -363,7 +363,7 @@ def test_reference_flavours_need_num_units_equal_to_queries_width(flavor):
         ((np.zeros((B, C), "float32"),), {}, r"`queries`.*rank-3.*shape \(2, 8\)"),
         ((_inputs(), np.zeros((B, T, C, 1), "float32")), {}, r"`keys`.*rank-3.*\(2, 5, 8, 1\)"),
         ((_inputs(), _inputs(batch=3)), {}, r"`keys`.*same batch size as `queries` \(2\).*\(3, 5, 8\)"),
-        ((_inputs(), _inputs(), _inputs(length=4)), {}, r"`values`.*same length as `keys` \(5\).*\(2, 4, 8\)"),
+        ((_inputs(), _inputs(), _inputs(length=4)), {}, r"`values` and `keys`, except the last one, must be equal.*values_shape=\(2, 4, 8\) and keys_shape=\(2, 5, 8\)"),
         ((_inputs(),), dict(key_masks=np.zeros((B, T), bool)), r"`key_masks`.*outside flavor 'reference_2019'"),
         ((_inputs(),), dict(attention_mask=np.ones((B, T, T), "float32")), r"`attention_mask`.*bool.*dtype float32"),
         ((_inputs(),), dict(attention_mask=np.ones((B, T), bool)), r"`attention_mask`.*\[T_q, T_k\].*\(2, 2, 5, 5\).*shape \(2, 5\)"),
@@ -557,6 +557,7 @@ def test_attention_mask_that_does_not_broadcast_names_both_shapes(shape):
     dict(key_dim=4, value_dim=2, output_shape=6),
     dict(key_dim=3, value_dim=5, output_shape=(7,), use_bias=False),
     dict(key_dim=2, kernel_initializer="he_normal", bias_initializer="ones"),
+    dict(key_dim=2, output_shape=(3, 4)),  # Keras's multi-axis output
 ])
 def test_paper_takes_keras_projection_arguments(kwargs):
     """key_dim / value_dim / output_shape / use_bias with Keras's meaning:
@@ -624,7 +625,8 @@ def test_initializers_regularizers_and_constraints_reach_every_projection():
     (dict(value_dim=4), r"`value_dim`.*unless `key_dim`.*value_dim=4"),
     (dict(key_dim=4, num_units=6), r"`num_units`.*num_heads \* key_dim = 8"),
     (dict(output_shape="wide"), r"`output_shape`.*output_shape='wide'"),
-    (dict(output_shape=(4, 4)), r"`output_shape`.*output_shape=\(4, 4\)"),
+    (dict(output_shape=(4, 0)), r"`output_shape`.*output_shape=\(4, 0\)"),
+    (dict(output_shape=()), r"`output_shape`.*output_shape=\(\)"),
     (dict(output_shape=0), r"`output_shape`.*output_shape=0"),
     (dict(use_bias="yes"), r"`use_bias`.*use_bias='yes'"),
     (dict(kernel_initializer="nope"), r"`kernel_initializer`.*'nope'"),
@@ -654,6 +656,7 @@ def test_compute_output_shape_checks_shapes_as_keras():
 @pytest.mark.parametrize("kwargs", [
     dict(key_dim=4),
     dict(key_dim=3, value_dim=5, output_shape=7, use_bias=False),
+    dict(key_dim=3, output_shape=[2, 3]),
 ])
 def test_from_keras_and_back(kwargs):
     """`interop.from_keras` gives a layer equal to Keras's (outputs and

@@ -33,9 +33,12 @@ import keras
 import numpy as np
 
 from tfattn.layers.multi_head_attention import MultiHeadAttention
-from tfattn.reference_checkpoint import from_reference_checkpoint  # noqa: F401
-from tfattn.reference_checkpoint import load_reference_checkpoint  # noqa: F401
+from tfattn.reference_checkpoint import from_reference_checkpoint
+from tfattn.reference_checkpoint import load_reference_checkpoint
 from tfattn.validation import invalid_argument
+
+__all__ = ["from_keras", "to_keras", "from_keras_hub", "to_keras_hub",
+           "from_reference_checkpoint", "load_reference_checkpoint"]
 
 _CONTEXT = "interop"
 _PROJECTIONS = ("query", "key", "value")
@@ -90,7 +93,7 @@ def from_keras(layer):
     ours.output_dense.kernel.assign(
         np.reshape(out.kernel.numpy(), ours.output_dense.kernel.shape))
     if config["use_bias"]:
-        ours.output_dense.bias.assign(out.bias.numpy())
+        ours.output_dense.bias.assign(np.reshape(out.bias.numpy(), [-1]))
     return ours
 
 
@@ -122,7 +125,8 @@ def to_keras(layer):
     options = {name: getattr(layer, name) for name in _SHARED_OPTIONS}
     theirs = keras.layers.MultiHeadAttention(
         num_heads=heads, key_dim=key_dim, value_dim=value_dim,
-        output_shape=None if output_width == query_width else output_width,
+        output_shape=layer.output_shape_ or (
+            None if output_width == query_width else output_width),
         use_bias=layer.use_bias, dropout=layer.dropout_rate, seed=layer.seed,
         attention_axes=layer.attention_axes, use_gate=layer.use_gate,
         sliding_window=layer.sliding_window,
@@ -143,9 +147,10 @@ def to_keras(layer):
             target.bias.assign(np.reshape(mine.bias.numpy(), (heads, d)))
     out = theirs._output_dense
     out.kernel.assign(np.reshape(layer.output_dense.kernel.numpy(),
-                                 (heads, value_dim, output_width)))
+                                 out.kernel.shape))
     if layer.use_bias:
-        out.bias.assign(layer.output_dense.bias.numpy())
+        out.bias.assign(np.reshape(layer.output_dense.bias.numpy(),
+                                   out.bias.shape))
     return theirs
 
 

@@ -16,7 +16,7 @@ def check_projections(flavor, num_units, num_heads, key_dim, value_dim,
     names and meanings) against each other and the flavour.
 
     Returns:
-        (output_shape as an int or None, use_bias, the resolved Keras
+        (output_shape as a tuple of ints or None, use_bias, the resolved Keras
         initializers, regularizers and constraints by argument name).
     """
     for name, value in (("key_dim", key_dim), ("value_dim", value_dim)):
@@ -144,17 +144,21 @@ def dense_options(**options):
 
 
 def check_output_shape(output_shape):
-    """None, a positive int, or a 1-tuple/list of one (the last axis)."""
-    value = output_shape
-    if isinstance(value, (tuple, list)) and len(value) == 1:
-        value = value[0]
-    if value is None and output_shape is None:
+    """None, or the output's trailing shape as a tuple of positive ints (an
+    int, list or tuple, as Keras takes it)."""
+    if output_shape is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    dims = output_shape
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        dims = (dims,)
+    if (not isinstance(dims, (tuple, list)) or not dims or any(
+            isinstance(d, bool) or not isinstance(d, int) or d < 1
+            for d in dims)):
         raise validation.invalid_argument(
-            "output_shape", "None, a positive int or a tuple of one (the "
-            "width of the output's last axis)", output_shape, _CONTEXT)
-    return value
+            "output_shape", "None, a positive int, or a tuple/list of "
+            "positive ints (the shape that replaces the output's last axis)",
+            output_shape, _CONTEXT)
+    return tuple(dims)
 
 
 def write_cache(cache, cache_index, key, value, key_keep):

@@ -22,7 +22,10 @@ class DecoderBlock(BlockBase):
     GPT-style decoder block (each token sees only its left context).
 
     Args:
-        use_cross_attention: bool. Defaults to `True`.
+        use_cross_attention: bool or None. None (default) decides when the
+            block is built, as keras-hub's `TransformerDecoder` does: with
+            cross-attention when the first call passes `memory`, GPT-style
+            without it otherwise; later calls must agree.
         (the rest as `EncoderBlock`.)
 
     Call arguments:
@@ -53,12 +56,16 @@ class DecoderBlock(BlockBase):
 
     _context = "DecoderBlock"
 
-    def __init__(self, use_cross_attention=True, **kwargs):
-        validation.check_bool("use_cross_attention", use_cross_attention, self._context)
+    def __init__(self, use_cross_attention=None, **kwargs):
+        if use_cross_attention is not None:
+            validation.check_bool("use_cross_attention", use_cross_attention,
+                                  self._context)
         super().__init__(**kwargs)
         self.use_cross_attention = use_cross_attention
 
     def build(self, x_shape, memory_shape=None):
+        if self.use_cross_attention is None:
+            self.use_cross_attention = memory_shape is not None
         self.self_attention = self._attention("self_attention", causality=True)
         self.self_attention.build(x_shape)
         self._build_paper_wiring("self_attention", x_shape)
@@ -153,7 +160,8 @@ class DecoderBlock(BlockBase):
             if memory is not None:
                 raise validation.invalid_argument(
                     "memory", "None for a block built with "
-                    "use_cross_attention=False (a GPT-style decoder)",
+                    "use_cross_attention=False, or first called without "
+                    "memory (a GPT-style decoder)",
                     f"<tensor of shape {validation.shape_of(memory)}>", self._context,
                 )
         elif memory is None and cache is None:

@@ -1,7 +1,10 @@
 """`MultiHeadAttention`: the paper's attention and both referenced versions."""
 
+import math
+
 import keras
 from keras import ops
+from keras.src import backend as keras_backend
 
 from tfattn import validation
 from tfattn.layers import attention_arguments as arguments
@@ -98,9 +101,10 @@ class MultiHeadAttention(keras.layers.Layer):
         use_gate: bool. Keras's gated attention (paper flavour): the heads'
             output is multiplied by sigmoid(`gate_dense`(queries)), [B, T_q,
             H·value_dim], before the output projection. Defaults to `False`.
-        output_shape: int, a tuple of one int, or None. Width of the output
-            projection (paper flavour). Defaults to the query width when
-            `key_dim` is given, else `num_units`.
+        output_shape: int, a tuple of ints, or None. Shape that replaces the
+            output's last axis (paper flavour), as in Keras: `(3, 4)` gives
+            [B, T_q, 3, 4] from a projection to 12 units. Defaults to the
+            query width when `key_dim` is given, else `num_units`.
         use_bias: bool. Biases in the projections (paper flavour; the
             references have them). Defaults to `True`.
         kernel_initializer, bias_initializer, kernel_regularizer,
@@ -307,16 +311,25 @@ class MultiHeadAttention(keras.layers.Layer):
                     "cache", "None for inputs of rank > 3 (incremental "
                     "decoding works on [B, T, C])", "<a cache>", _CONTEXT)
             fold = axes_lib.Fold(rank, axes_lib.resolve(self.attention_axes, rank))
-            return fold.attend(
+            return self._output_shaped(fold.attend(
                 self._attend, self.num_heads, queries, keys, values,
-                attention_mask, padding_mask, training, return_attention_scores)
+                attention_mask, padding_mask, training, return_attention_scores))
         arguments.check_inputs(
             self, queries, keys, values, key_masks, attention_mask,
             padding_mask, cache, cache_index,
         )
-        return self._attend(queries, keys, values, key_masks, attention_mask,
-                            padding_mask, training, return_attention_scores,
-                            cache, cache_index)
+        return self._output_shaped(self._attend(
+            queries, keys, values, key_masks, attention_mask, padding_mask,
+            training, return_attention_scores, cache, cache_index))
+
+    def _output_shaped(self, result):
+        """The output (first result) with Keras's multi-axis output_shape."""
+        if not self.output_shape_ or len(self.output_shape_) == 1:
+            return result
+        results = result if isinstance(result, tuple) else (result,)
+        output = ops.reshape(results[0], tuple(ops.shape(results[0])[:-1])
+                             + self.output_shape_)
+        return (output,) + results[1:] if isinstance(result, tuple) else output
 
     def _attend(self, queries, keys, values, key_masks, attention_mask,
                 padding_mask, training, return_attention_scores, cache,
@@ -452,10 +465,12 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.key_dim is not None:
             units = self.num_heads * self.key_dim
             value_units = self.num_heads * (self.value_dim or self.key_dim)
-            output = self.output_shape_ or queries_shape[-1]
+            output = queries_shape[-1]
         else:
             units = value_units = self.num_units or queries_shape[-1]
-            output = self.output_shape_ or units
+            output = units
+        if self.output_shape_:
+            output = math.prod(self.output_shape_)
         return units, value_units, output
 
     def _dense_options(self):
@@ -469,18 +484,28 @@ class MultiHeadAttention(keras.layers.Layer):
         keys_shape = queries_shape if keys_shape is None else keys_shape
         values_shape = keys_shape if values_shape is None else values_shape
         self._check_shapes(queries_shape, keys_shape, values_shape)
-        if tuple(values_shape)[:-1] != tuple(keys_shape)[:-1]:
-            raise ValueError(
-                "All dimensions of `values` and `keys`, except the last one, "
-                f"must be equal. Received: values_shape={tuple(values_shape)} "
-                f"and keys_shape={tuple(keys_shape)}")
-        return tuple(queries_shape[:-1]) + (self._widths(queries_shape)[2],)
+        return tuple(queries_shape[:-1]) + (
+            self.output_shape_ or (self._widths(queries_shape)[2],))
+
+    def compute_output_spec(self, *args, **kwargs):
+        # Traced from `call`, so that symbolic calls return the scores and
+        # the cache too (`compute_output_shape` gives the output alone).
+        return keras_backend.compute_output_spec(self.call, *args, **kwargs)
 
     def _check_shapes(self, queries_shape, keys_shape, values_shape):
-        """Ranks (3, or more in the paper flavour) and attention axes."""
+        """Keys and values agree (Keras's check and message), ranks (3, or
+        more in the paper flavour), attention axes."""
         shapes = {"queries": validation.shape_of(queries_shape),
                   "keys": validation.shape_of(keys_shape),
                   "values": validation.shape_of(values_shape)}
+        keys, values = shapes["keys"], shapes["values"]
+        if len(keys) != len(values) or any(
+                None not in (k, v) and k != v
+                for k, v in zip(keys[1:-1], values[1:-1])):
+            raise ValueError(
+                f"{_CONTEXT}: All dimensions of `values` and `keys`, except "
+                "the last one, must be equal. Received: values_shape="
+                f"{values} and keys_shape={keys}")
         rank = axes_lib.check_input_ranks(self.flavor, shapes)
         axes_lib.resolve(self.attention_axes, rank)
         return rank
