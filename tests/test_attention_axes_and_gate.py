@@ -231,3 +231,21 @@ def test_bad_axes_and_rank_at_call():
         layer(x4, padding_mask=np.ones((2, 12), bool))
     with pytest.raises(ValueError, match=r"`cache`.*rank > 3"):
         layer(x4, cache={}, cache_index=tf.constant(0))
+
+
+@pytest.mark.parametrize("shape, scores", [
+    ((None, 5, 8), (None, H, 5, 5)),
+    ((None, 3, 4, 8), (None, H, 3, 4, 3, 4)),
+])
+def test_symbolic_calls_return_the_scores(shape, scores):
+    """On keras.Input tensors the layer gives (output, scores) with the
+    shapes of the eager call, as Keras's layer does."""
+    layer = tfattn.MultiHeadAttention(num_heads=H, output_shape=(2, 3))
+    x = keras.Input(batch_shape=shape)
+    out, weights = layer(x, x, return_attention_scores=True)
+    assert tuple(out.shape) == shape[:-1] + (2, 3)
+    assert tuple(weights.shape) == scores
+    eager = np.zeros((2,) + shape[1:], "float32")
+    got, got_weights = layer(eager, eager, return_attention_scores=True)
+    assert got.shape[1:] == out.shape[1:]
+    assert got_weights.shape[1:] == weights.shape[1:]
