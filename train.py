@@ -11,7 +11,10 @@ hparams; --model_dir defaults to runs/HPARAMS_DATASET. See `python train.py
 
 Exit status: 0 when done (and for --help); 143 (128 + SIGTERM) when SIGTERM
 stopped training after saving a checkpoint (run the same command to resume);
-1 on a non-finite loss, a missing file or bad flags (one line saying which).
+2 for flags that cannot work; 1 for any other failure (a non-finite loss,
+bad data, a missing or unwritable file, a model dir in use). Each failure is
+one line, `Error: ...`, naming the flag, field or file; --debug shows the
+traceback instead.
 """
 
 import os
@@ -79,6 +82,7 @@ from absl import logging  # noqa: E402
 import hparams as hparams_sets  # noqa: E402
 from tfattn import config  # noqa: E402
 from tfattn import distribute  # noqa: E402
+from tfattn import errors  # noqa: E402
 from tfattn import run_dir  # noqa: E402
 from tfattn import training  # noqa: E402
 from tfattn.data import sources  # noqa: E402
@@ -173,6 +177,9 @@ flags.DEFINE_integer("samples", 100,
                      "and log the exact-match rate (0: skip).", lower_bound=0)
 flags.DEFINE_bool("progress_bar", True,
                   "Show a progress bar (on a terminal; logs otherwise).")
+flags.DEFINE_bool("debug", False,
+                  "On an error, show the Python traceback instead of one "
+                  "line (also with --verbosity=1).")
 
 flags.mark_flags_as_mutual_exclusive(["train_steps", "train_epochs"])
 
@@ -246,8 +253,9 @@ def model_dir():
     if FLAGS.model_dir:
         return FLAGS.model_dir
     if not FLAGS.hparams:
-        raise ValueError("Give --hparams for a new run, or --model_dir to "
-                         "resume one (it holds its hparams.json).")
+        raise errors.UsageError(
+            "Give --hparams for a new run, or --model_dir to resume one (it "
+            "holds its hparams.json).")
     dataset = re.sub(r"[^A-Za-z0-9.-]+", "_", FLAGS.dataset).strip("_")
     return os.path.join(DEFAULT_RUNS_DIR, f"{FLAGS.hparams}_{dataset}")
 
@@ -418,37 +426,67 @@ def run_export(directory):
     return path
 
 
-def _fail(error):
-    """Ends the program with one line naming what went wrong (exit 1)."""
-    logging.error("%s", error)
-    sys.exit(f"Error: {error}")
+def _fail(error, status=1):
+    """Ends the program with one line naming what went wrong."""
+    message = f"Error: {errors.describe(error)}"
+    logging.error("%s", message)
+    if status == 1:
+        sys.exit(message)
+    print(message, file=sys.stderr)
+    sys.exit(status)
 
 
 def main(argv):
-    if len(argv) > 1:
-        _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    """The error boundary: every failure ends as one line (see the module
+    docstring), SIGTERM as status 143."""
     try:
-        directory = model_dir()
-        if not FLAGS.model_dir:
-            print(f"Model directory: {directory}")
-        hp, spec, strategy = prepare(directory)
-    except (ValueError, FileNotFoundError) as error:
-        _fail(error)
-    try:
-        if FLAGS.mode in ("train", "all"):
-            run_train(hp, spec, strategy, directory)
-        if FLAGS.mode in ("eval", "all"):
-            run_eval(spec, directory)
-        if FLAGS.mode in ("export", "all"):
-            run_export(directory)
+        if len(argv) > 1:
+            raise errors.UsageError(
+                f"unexpected arguments: {' '.join(argv[1:])}")
+        _run(argv)
     except training.TrainingPreempted as error:
         # 128 + SIGTERM, the status of a process that SIGTERM ended: a
         # scheduler sees the job as interrupted, not finished.
         logging.warning("%s", error)
         sys.exit(128 + 15)
-    except (training.NonFiniteLossError, FileNotFoundError,
-            FileExistsError, ValueError) as error:
-        _fail(error)
+    except Exception as error:  # noqa: BLE001 (the boundary)
+        if FLAGS.debug or FLAGS.verbosity >= 1:
+            raise
+        if isinstance(error, errors.UsageError):
+            _fail(error, 2)
+        if isinstance(error, errors.EXPECTED + (
+                training.NonFiniteLossError, run_dir.ModelDirInUse)):
+            _fail(error)
+        _fail(f"unexpected {type(error).__name__}: {errors.describe(error)} "
+              "(rerun with --debug for the traceback)")
+
+
+def _run(argv):
+    directory = model_dir()
+    if not FLAGS.model_dir:
+        print(f"Model directory: {directory}")
+    hp, spec, strategy = prepare(directory)
+    if FLAGS.mode in ("train", "all"):
+        # Holds the directory itself (`run_dir.hold`) once its input is
+        # checked, so that bad input leaves nothing behind.
+        run_train(hp, spec, strategy, directory)
+    if FLAGS.mode == "train":
+        return
+    with run_dir.hold(directory, chief=distribute.is_chief(strategy)):
+        if FLAGS.mode in ("eval", "all"):
+            run_eval(spec, directory)
+        if FLAGS.mode in ("export", "all"):
+            run_export(directory)
+
+
+def _parse_flags(argv):
+    """absl's flag parsing, where a bad flag is one line and status 2."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        print(f"Error: {errors.describe(error)} (python train.py --helpfull "
+              "lists the flags)", file=sys.stderr)
+        sys.exit(2)
 
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull",
@@ -456,12 +494,21 @@ HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull",
 
 
 def run():
-    """`app.run(main)`, where a request for help exits 0 (absl exits 1)."""
+    """`app.run(main)`, where a request for help exits 0 (absl exits 1) and
+    a preempted run leaves at once after its checkpoint (143)."""
     try:
-        app.run(main)
+        app.run(main, flags_parser=_parse_flags)
     except SystemExit as exit_:
         if exit_.code == 1 and any(a in HELP_FLAGS for a in sys.argv[1:]):
             sys.exit(0)
+        if exit_.code == 128 + 15:
+            # The checkpoint is written; interpreter shutdown can wait
+            # minutes on the input pipeline's threads, past a preemption's
+            # grace period. Flush and leave now.
+            logging.flush()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exit_.code)
         raise
 
 

@@ -4,25 +4,106 @@ model they hold.
     model_dir/hparams.json          the resolved hparams (reused on resume)
     model_dir/spm.model, spm.vocab  the joint SentencePiece vocabulary
     model_dir/ckpt-<step>.*         checkpoints (model, optimizer, step)
+    model_dir/.lock                 who is using it (`hold`)
 
+- `hold`: one process at a time writes into a model directory.
 - `resolve_hparams`: the hparams a run uses, checked against the saved ones.
 - `build_model` / `restore_model`: a `Transformer` for the hparams, and one
   holding the latest checkpoint's (or the average of the last N's) weights.
 """
 
+import contextlib
 import dataclasses
+import fcntl
+import json
 import os
+import socket
+import sys
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tfattn import checkpoints
 from tfattn import config
 from tfattn.data.tokenizer import load_tokenizer
 from tfattn.models import Transformer
 
 HPARAMS_FILENAME = "hparams.json"
-CHECKPOINT_NAME = "ckpt"
+CHECKPOINT_NAME = checkpoints.CHECKPOINT_NAME
+LOCK_FILENAME = ".lock"
+_held = {}  # real path -> lock file descriptor, for re-entry
+
+
+class ModelDirInUse(RuntimeError):
+    """Another process holds the model directory."""
+
+
+def _holder(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    try:
+        info = json.loads(text)
+        return (f"process {info['pid']} on {info['host']} "
+                f"({info['command'][:100]})")
+    except (ValueError, KeyError, TypeError):
+        return text[:100] or None
+
+
+@contextlib.contextmanager
+def hold(model_dir, chief=True):
+    """Holds `model_dir` for this process while the block runs.
+
+    A lock (`flock`) on `model_dir/.lock`, which names the holder: a second
+    process that would write into the same directory (train, eval, export)
+    is refused at once, naming the first. The kernel drops the lock when its
+    process dies, so a killed run's lock is taken over (with a warning
+    naming it). Re-entrant in one process; only the chief of a multi-worker
+    job holds it; not taken on remote filesystems (gs://...).
+
+    Raises:
+        ModelDirInUse: another process holds it.
+        OSError: the directory cannot be created or written (e.g. a file is
+            in the way, or no permission).
+    """
+    model_dir = str(model_dir)
+    if not chief or "://" in model_dir:
+        yield
+        return
+    path = os.path.realpath(model_dir)
+    if path in _held:
+        yield
+        return
+    os.makedirs(path, exist_ok=True)
+    fd = os.open(os.path.join(path, LOCK_FILENAME), os.O_RDWR | os.O_CREAT,
+                 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise ModelDirInUse(
+            f"{model_dir} is in use by {holder or 'another process'}: wait "
+            "for it to finish (or stop it), or use another --model_dir."
+        ) from None
+    except OSError as error:  # A filesystem without locks: go on.
+        logging.warning("%s: cannot lock (%s); not guarding against a "
+                        "second run.", model_dir, error)
+    previous = _holder(fd)
+    if previous and not previous.startswith(f"process {os.getpid()} "):
+        logging.warning("Took over the lock of %s, left by %s, which is no "
+                        "longer running.", model_dir, previous)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({
+        "pid": os.getpid(), "host": socket.gethostname(),
+        "command": " ".join(sys.argv)}).encode(), 0)
+    _held[path] = fd
+    try:
+        yield
+    finally:
+        del _held[path]
+        os.ftruncate(fd, 0)
+        os.close(fd)
 
 
 
@@ -57,7 +138,7 @@ def resolve_hparams(model_dir, requested=None):
     """
     model_dir = str(model_dir)
     saved = load_saved_hparams(model_dir)
-    if tf.train.latest_checkpoint(model_dir) is None:
+    if not checkpoints.exist(model_dir):
         if requested is None and saved is None:
             raise ValueError(
                 f"{hparams_path(model_dir)} does not exist: name a hparams "
@@ -134,12 +215,13 @@ def restore_model(model_dir, average_last=1):
             "Received an invalid value for argument `average_last`, expected "
             f"a positive int. Received: average_last={average_last!r}")
     hp = load_saved_hparams(model_dir)
-    state = tf.train.get_checkpoint_state(model_dir)
-    if hp is None or state is None or not state.model_checkpoint_path:
+    newest = checkpoints.latest(model_dir) if hp is not None else None
+    if newest is None:
         raise FileNotFoundError(
             f"{model_dir} holds no trained model (hparams.json and a "
             "checkpoint); train one first (--mode=train).")
-    paths = list(state.all_model_checkpoint_paths)
+    paths = [p for p in checkpoints.all_checkpoints(model_dir)
+             if checkpoints.step_of(p) <= checkpoints.step_of(newest)]
     if average_last > len(paths):
         raise ValueError(
             f"Cannot average the last {average_last} checkpoints: "
@@ -150,6 +232,12 @@ def restore_model(model_dir, average_last=1):
     checkpoint = tf.train.Checkpoint(model=model_weights(model))
     total = None
     for path in paths[-average_last:]:
+        problem = path != newest and checkpoints.unreadable(path)
+        if problem:
+            raise ValueError(f"Cannot average the last {average_last} "
+                             f"checkpoints: {path} does not read back "
+                             f"({problem}). Received: average_last="
+                             f"{average_last}")
         checkpoint.restore(path).assert_existing_objects_matched(
         ).expect_partial()
         values = [w.numpy().astype(np.float64) for w in model.weights]

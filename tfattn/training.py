@@ -40,6 +40,7 @@ Bad input (unknown strategy, malformed TF_CONFIG, missing data, differing
 hparams on resume) raises before anything is written.
 """
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -50,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tfattn import checkpoints
 from tfattn import config
 from tfattn import evaluation
 from tfattn import losses
@@ -72,6 +74,7 @@ from tfattn.preemption import StopRequest
 from tfattn.preemption import TrainingPreempted
 from tfattn.run_dir import CHECKPOINT_NAME
 from tfattn.run_dir import build_model
+from tfattn.run_dir import hold
 from tfattn.run_dir import hparams_path
 from tfattn.run_dir import model_weights
 from tfattn.run_dir import resolve_hparams
@@ -167,6 +170,15 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
         TrainingPreempted: SIGTERM arrived; a checkpoint was saved at the
             step it stopped at.
     """
+    # The model directory is held (`run_dir.hold`) from the first write on.
+    with contextlib.ExitStack() as held:
+        return _train(held, hparams, dataset, model_dir, strategy, steps,
+                      epochs, mixed_precision, jit_compile, seed, verbose,
+                      on_step_end)
+
+
+def _train(held, hparams, dataset, model_dir, strategy, steps, epochs,
+           mixed_precision, jit_compile, seed, verbose, on_step_end):
     started = time.time()
     model_dir = str(model_dir)
     strategy = strategy or tf.distribute.get_strategy()
@@ -196,8 +208,11 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
     chief = is_chief(strategy)
     validation_pairs = (training_input.validation_pairs(dataset, hp)
                         if hp.eval_every_steps and chief else None)
-    latest = tf.train.latest_checkpoint(model_dir)
+    held.enter_context(hold(model_dir, chief))
+    latest = checkpoints.latest(model_dir)
     write_dir = model_dir if chief else worker_dir(model_dir, strategy)
+    if latest and chief:
+        checkpoints.write_index(model_dir, latest)
 
     # Seed before the tokenizer exists: `tf.random.set_seed` clears the eager
     # kernel cache, which deletes the SentencePiece op's resource.

@@ -1,0 +1,188 @@
+"""Nothing lost in a model directory: one process at a time (`run_dir.hold`),
+checkpoints found without their index and past a truncated one
+(`tfattn.checkpoints`), and no restart from step 0 over trained
+checkpoints."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.test_training import TEST_HPARAMS
+from tests.test_training import checkpoint_steps
+from tests.test_training import checkpoint_value
+from tfattn import checkpoints
+from tfattn import run_dir
+from tfattn import training
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write_checkpoints(model_dir, steps=(1, 2, 3)):
+    """ckpt-N files of one variable holding N, with their index."""
+    value = tf.Variable(0.0)
+    step = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(value=value), str(model_dir), max_to_keep=None,
+        checkpoint_name="ckpt", step_counter=step)
+    for n in steps:
+        value.assign(float(n))
+        manager.save(checkpoint_number=n)
+    return [str(model_dir / f"ckpt-{n}") for n in steps]
+
+
+def _truncate(prefix):
+    (data,) = tf.io.gfile.glob(prefix + ".data-*")
+    with open(data, "r+b") as f:
+        f.truncate(2)
+
+
+def test_checkpoints_are_found_without_their_index(tmp_path, caplog):
+    paths = _write_checkpoints(tmp_path)
+    os.remove(tmp_path / "checkpoint")
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None  # TF's view
+    with caplog.at_level(logging.WARNING):
+        assert checkpoints.all_checkpoints(tmp_path) == paths
+    assert "no readable `checkpoint` index" in caplog.text
+    assert checkpoints.latest(str(tmp_path)) == paths[-1]
+    checkpoints.write_index(str(tmp_path), paths[-1])
+    assert tf.train.latest_checkpoint(str(tmp_path)) == paths[-1]
+    assert list(tf.train.get_checkpoint_state(
+        str(tmp_path)).all_model_checkpoint_paths) == paths
+
+
+def test_an_unreadable_index_counts_as_missing(tmp_path):
+    paths = _write_checkpoints(tmp_path)
+    (tmp_path / "checkpoint").write_bytes(b"\xff\xfe not a proto {{{")
+    assert checkpoints.latest(str(tmp_path)) == paths[-1]
+
+
+def test_a_truncated_latest_checkpoint_falls_back_by_name(tmp_path, caplog):
+    paths = _write_checkpoints(tmp_path)
+    _truncate(paths[-1])
+    assert checkpoints.unreadable(paths[-1])
+    with caplog.at_level(logging.WARNING):
+        assert checkpoints.latest(str(tmp_path)) == paths[1]
+    assert f"Using {paths[1]}: the newer {paths[2]} do not read back" in (
+        caplog.text)
+    checkpoints.write_index(str(tmp_path), paths[1])
+    assert tf.train.latest_checkpoint(str(tmp_path)) == paths[1]
+
+
+def test_no_readable_checkpoint_is_an_error_naming_them(tmp_path):
+    paths = _write_checkpoints(tmp_path, steps=(4, 8))
+    for path in paths:
+        _truncate(path)
+    with pytest.raises(ValueError, match=r"no checkpoint reads back whole: "
+                                         f".*{paths[1]}: .*{paths[0]}: "):
+        checkpoints.latest(str(tmp_path))
+    assert checkpoints.latest(str(tmp_path / "empty")) is None
+
+
+def test_the_lock_is_reentrant_and_refuses_another_process(tmp_path):
+    model_dir = tmp_path / "run"
+    with run_dir.hold(model_dir):
+        with run_dir.hold(model_dir):  # the same process: fine
+            pass
+        script = textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {REPO!r})
+            from tfattn import run_dir
+            try:
+                with run_dir.hold({str(model_dir)!r}):
+                    pass
+            except run_dir.ModelDirInUse as error:
+                print(error)
+                sys.exit(3)
+        """)
+        out = subprocess.run([sys.executable, "-c", script],
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert f"is in use by process {os.getpid()} on " in out.stdout
+    assert "use another --model_dir" in out.stdout
+    # Released: the lock can be taken again, and names nobody.
+    with run_dir.hold(model_dir):
+        pass
+    assert (model_dir / ".lock").read_text() == ""
+
+
+def test_a_dead_process_lock_is_taken_over_with_a_warning(tmp_path, caplog):
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / ".lock").write_text(json.dumps(
+        {"pid": 4194303, "host": "gone", "command": "train.py --old"}))
+    with caplog.at_level(logging.WARNING):
+        with run_dir.hold(model_dir):
+            holder = json.loads((model_dir / ".lock").read_text())
+    assert holder["pid"] == os.getpid()
+    assert "Took over the lock" in caplog.text
+    assert "process 4194303 on gone" in caplog.text
+
+
+def test_the_model_dir_cannot_be_a_file(tmp_path):
+    path = tmp_path / "run"
+    path.write_text("not a directory")
+    with pytest.raises(OSError) as error:
+        with run_dir.hold(path):
+            pass
+    assert str(path) in str(error.value)
+
+
+@pytest.mark.slow
+def test_training_resumes_without_the_index_and_past_a_truncated_one(
+        tmp_path):
+    """The deleted-index case that used to restart at step 0 and overwrite
+    the trained checkpoints: it resumes at the newest readable one."""
+    training.train(TEST_HPARAMS, "numbers", tmp_path, steps=10, verbose=0)
+    assert checkpoint_steps(tmp_path) == [5, 10]
+    trained = checkpoint_value(str(tmp_path / "ckpt-10"),
+                               "model/source_embedding")
+    os.remove(tmp_path / "checkpoint")
+    result = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
+    assert (result.start_step, result.step) == (10, 15)
+    assert checkpoint_steps(tmp_path) == [5, 10, 15]
+    np.testing.assert_array_equal(
+        checkpoint_value(str(tmp_path / "ckpt-10"), "model/source_embedding"),
+        trained)
+
+    _truncate(str(tmp_path / "ckpt-15"))
+    result = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
+    assert (result.start_step, result.step) == (10, 15)
+    assert checkpoints.unreadable(str(tmp_path / "ckpt-15")) is None
+    model, _, _ = run_dir.restore_model(str(tmp_path))
+    assert model.built
+
+
+@pytest.mark.slow
+def test_a_second_train_py_on_one_model_dir_is_refused(tmp_path):
+    model_dir = tmp_path / "run"
+    command = [sys.executable, "train.py", "--hparams=tiny",
+               "--dataset=numbers", f"--model_dir={model_dir}",
+               "--samples=0", "--progress_bar=false", "--train_steps=100000"]
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(command, cwd=REPO, stdout=out,
+                                 stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 300
+        while "Training a" not in log.read_text():
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        second = subprocess.run(command, cwd=REPO, capture_output=True,
+                                text=True, timeout=300)
+    finally:
+        first.kill()
+        first.wait()
+    assert second.returncode == 1
+    line = second.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error: ")
+    assert f"is in use by process {first.pid} on " in line
+    assert "Traceback" not in second.stderr

@@ -1,0 +1,43 @@
+"""What the command lines count as an expected failure, and how they say it.
+
+`train.py` and `python -m tfattn.visualize` end every expected failure with
+one line, `Error: ...`, naming the file, flag or field (exit status 1; 2
+for a command line that cannot work as given, `UsageError`), and show a
+traceback only when asked (`--debug`). Expected failures are bad input and
+an unusable environment: `ValueError` (bad values, undecodable text),
+`OSError` (missing, unreadable or unwritable files and directories, bad
+gzip files), `EOFError` (truncated archives) and TensorFlow's `OpError`
+(unreadable checkpoints, data the input pipeline cannot parse).
+"""
+
+import re
+
+import tensorflow as tf
+
+# The longest message line printed; values inside are cut at the source.
+_MAX_MESSAGE = 2000
+
+
+class UsageError(ValueError):
+    """A command line that cannot work as given (exit status 2)."""
+
+
+EXPECTED = (ValueError, OSError, EOFError, tf.errors.OpError)
+
+
+def describe(error):
+    """`error` as one line that names what it can (file, op message)."""
+    if isinstance(error, tf.errors.OpError):
+        # The op's message, without the graph and stack lines that follow.
+        text = error.message.strip().split("\n\n")[0]
+    elif isinstance(error, OSError) and error.filename and (
+            str(error.filename) not in str(error)):
+        text = f"{error.filename}: {error.strerror or error}"
+    elif isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    else:
+        text = str(error) or type(error).__name__
+    text = re.sub(r"\s*\n\s*", " ", text).strip()
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE] + f"... ({len(text):,} characters)"
+    return text
