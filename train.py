@@ -309,7 +309,13 @@ def prepare(directory):
     spec = sources.parse_dataset_spec(
         FLAGS.dataset, FLAGS.source_language, FLAGS.target_language,
         FLAGS.data_dir, FLAGS.manual_dir)
-    sources.check_dataset(spec)
+    # The splits this command will read, checked before training starts.
+    splits = ["train"] if FLAGS.mode in ("train", "all") else []
+    if FLAGS.mode in ("train", "all") and FLAGS.samples:
+        splits.append("validation")
+    if FLAGS.mode in ("eval", "all"):
+        splits.append(FLAGS.eval_split)
+    sources.check_dataset(spec, splits)
     if spec.kind in ("multi30k", "tfds") and not sys.stderr.isatty():
         # TFDS's progress bars write cursor-control codes into log files.
         import tensorflow_datasets as tfds
@@ -429,7 +435,6 @@ def run_export(directory):
 def _fail(error, status=1):
     """Ends the program with one line naming what went wrong."""
     message = f"Error: {errors.describe(error)}"
-    logging.error("%s", message)
     if status == 1:
         sys.exit(message)
     print(message, file=sys.stderr)

@@ -574,3 +574,36 @@ def test_stacks_and_blocks_return_scores_too():
     out, weights = block(x, x[:, :4], return_attention_scores=True)
     assert tuple(weights["self"].shape) == (2, H, 5, 5)
     assert tuple(weights["cross"].shape) == (2, H, 5, 4)
+
+
+@pytest.mark.parametrize("name, bad, value", [
+    ("source", np.array([[4, -1, 6]], "int32"), -1),
+    ("source", np.array([[4, V, 6]], "int32"), V),
+    ("target_in", np.array([[BOS_ID, V + 7]], "int64"), V + 7),
+])
+def test_ids_out_of_the_vocabulary_are_refused_at_the_door(small, name, bad,
+                                                            value):
+    """Eagerly a ValueError naming the argument and the id; in a graph the
+    same message from in-graph assertions (no raw GatherV2 error)."""
+    source = bad if name == "source" else SOURCE[:1]
+    target = bad if name == "target_in" else TARGET_IN[:1]
+    pattern = (rf"`{name}`, expected token ids in \[0, {V}\).*"
+               rf"<ids holding {value}>")
+    with pytest.raises(ValueError, match=pattern):
+        small((source, target))
+    graph = tf.function(lambda s, t: small((s, t)))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"`{name}`, expected token ids in \[0, {V}\)"):
+        graph(tf.constant(source), tf.constant(target))
+    if name == "source":
+        with pytest.raises(ValueError, match=pattern):
+            small.generate(tf.constant(bad), beam_size=1)
+
+
+def test_generate_builds_a_model_never_called():
+    model = tfattn.Transformer(V, num_layers=1, num_units=C, num_heads=H,
+                               ffn_units=F, max_length=L)
+    assert not model.built
+    ids, scores = model.generate(tf.constant(SOURCE[:, :3]), beam_size=2,
+                                 max_length=4)
+    assert model.built and ids.shape == (2, 4) and scores.shape == (2,)

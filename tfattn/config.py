@@ -30,6 +30,7 @@ import math
 import re
 import typing
 
+from tfattn import validation
 from tfattn.validation import FLAVORS
 from tfattn.validation import invalid_argument
 
@@ -371,6 +372,8 @@ def _check_values(hp):
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
+# Python refuses to parse ints of over 4,300 digits; no field needs 19.
+_MAX_INT_DIGITS = 18
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _BARE_WORD = re.compile(r"[A-Za-z0-9_.:/+\-]+\Z")
 _NONE_WORDS = ("none", "null")
@@ -394,7 +397,7 @@ def _split_items(text):
             current.append(char)
     if quote:
         raise ValueError(
-            f"Malformed hparams overrides {text!r}: unterminated {quote} "
+            f"Malformed hparams overrides {validation.echo(text)}: unterminated {quote} "
             "quote."
         )
     items.append("".join(current))
@@ -407,7 +410,8 @@ def _parse_value(name, raw, annotation):
     def fail(why=""):
         return ValueError(
             f"Invalid value for hparams field `{name}` in overrides: expected "
-            f"{_describe(kind, optional)}{why}. Received: {name}={raw}"
+            f"{_describe(kind, optional)}{why}. Received: {name}="
+            f"{validation.echo(raw, as_repr=False)}"
         )
 
     text = raw.strip()
@@ -420,6 +424,8 @@ def _parse_value(name, raw, annotation):
     if kind is int:
         if not _INT.match(text):
             raise fail()
+        if len(text.lstrip("+-")) > _MAX_INT_DIGITS:
+            raise fail(f" (at most {_MAX_INT_DIGITS} digits)")
         return int(text)
     if kind is float:
         if not _FLOAT.match(text):
@@ -469,15 +475,15 @@ def parse_overrides(hp, overrides):
     for item in _split_items(overrides):
         if not item.strip():
             raise ValueError(
-                f"Malformed hparams overrides {overrides!r}: an empty item "
+                f"Malformed hparams overrides {validation.echo(overrides)}: an empty item "
                 "(expected key=value pairs separated by single commas)."
             )
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not _KEY.match(key):
             raise ValueError(
-                f"Malformed hparams override {item.strip()!r} in "
-                f"{overrides!r}: expected key=value (e.g. num_heads=4)."
+                f"Malformed hparams override {validation.echo(item.strip())} in "
+                f"{validation.echo(overrides)}: expected key=value (e.g. num_heads=4)."
             )
         if key not in types:
             raise ValueError(
@@ -486,7 +492,7 @@ def parse_overrides(hp, overrides):
             )
         if key in values:
             raise ValueError(
-                f"Hparams field {key!r} is overridden twice in {overrides!r}."
+                f"Hparams field {key!r} is overridden twice in {validation.echo(overrides)}."
             )
         values[key] = _parse_value(key, raw, types[key])
     return dataclasses.replace(hp, **values)
@@ -545,3 +551,25 @@ def decoding_kwargs(hp):
     return dict(beam_size=hp.beam_size, alpha=hp.decode_alpha,
                 extra_length=hp.decode_extra_length)
 
+
+
+def training_memory_estimate(hp):
+    """Lower bounds, in bytes, of the memory training `hp` needs: the
+    parameters' state (float32 weights, gradients and Adam's two moments: 16
+    bytes each) and one batch's logits (forward, softmax and gradient: 12
+    bytes per target token and vocabulary entry). Activations come on top,
+    so a set above these bounds cannot fit; one below them may still not.
+
+    Returns:
+        (parameter state bytes, logits bytes, parameters).
+    """
+    c, f, v = hp.num_units, hp.ffn_units, hp.vocab_size
+    norm = 2 * c
+    attention = 4 * c * c + 4 * c + norm
+    feed_forward = 2 * c * f + f + c + norm
+    per_layer = 2 * attention + 2 * feed_forward + attention  # enc + dec
+    tables = v * c * (1 if hp.share_embeddings else 2)
+    tables += 0 if hp.tie_output else v * c + v
+    parameters = hp.num_layers * per_layer + tables + hp.max_length * c * 2
+    tokens = hp.tokens_per_batch or hp.batch_size * hp.max_train_length
+    return 16 * parameters, 12 * tokens * v, parameters

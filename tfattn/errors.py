@@ -14,8 +14,10 @@ import re
 
 import tensorflow as tf
 
-# The longest message line printed; values inside are cut at the source.
+# The longest message line printed, and the longest unbroken run of
+# characters (a value echoed whole, such as a 1 MB override) kept in it.
 _MAX_MESSAGE = 2000
+_MAX_RUN = 100
 
 
 class UsageError(ValueError):
@@ -23,6 +25,11 @@ class UsageError(ValueError):
 
 
 EXPECTED = (ValueError, OSError, EOFError, tf.errors.OpError)
+
+
+def _cut(match):
+    run = match.group(0)
+    return f"{run[:_MAX_RUN]}... ({len(run):,} characters)"
 
 
 def describe(error):
@@ -38,6 +45,7 @@ def describe(error):
     else:
         text = str(error) or type(error).__name__
     text = re.sub(r"\s*\n\s*", " ", text).strip()
+    text = re.sub(rf"\S{{{_MAX_RUN + 1},}}", _cut, text)
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + f"... ({len(text):,} characters)"
     return text

@@ -10,14 +10,19 @@ import numbers
 # The model flavours: the paper's attention and the two reference codes.
 FLAVORS = ("paper", "reference_2017", "reference_2019")
 # Longest echo of a received value in a message.
-_MAX_ECHO = 200
+_MAX_ECHO = 100
 
 
-def _echo(value):
-    text = repr(value)
+def echo(value, as_repr=True):
+    """`value` (its repr, or the string itself) for a message, cut to about
+    100 characters with its full length said."""
+    text = repr(value) if as_repr else str(value)
     if len(text) <= _MAX_ECHO:
         return text
     return f"{text[:_MAX_ECHO]}... ({len(text):,} characters)"
+
+
+_echo = echo
 
 
 def invalid_argument(name, expected, received, context=None):

@@ -26,6 +26,7 @@ scores use; `load_tokenized_references` reads them from a folder.
 """
 
 import gzip
+import zlib
 import hashlib
 import os
 import socket
@@ -103,7 +104,7 @@ command line, `manual_dir=FOLDER` (`tfattn.data.load_multi30k`) or
 """
 
 
-class Multi30kDownloadError(RuntimeError):
+class Multi30kDownloadError(OSError):
     """The Multi30k files could not be downloaded and are not local either."""
 
 
@@ -124,9 +125,19 @@ def _check_reachable(url, timeout):
         pass
 
 
+def _gunzip(data, path):
+    """gzip.decompress, whose errors name no file: here they name `path`."""
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as error:
+        raise ParallelDataError(
+            path, f"is not a whole gzip file ({error}); fetch it again from "
+            "github.com/multi30k/dataset") from None
+
+
 def _read_gzip_lines(path, filename):
     with tf.io.gfile.GFile(os.fspath(path), "rb") as f:
-        data = gzip.decompress(f.read())
+        data = _gunzip(f.read(), path)
     expected = _SHA256.get(filename)
     if expected is not None:
         actual = hashlib.sha256(data).hexdigest()
@@ -332,7 +343,7 @@ def load_tokenized_references(split, language, directory):
             with tf.io.gfile.GFile(path, "rb") as f:
                 data = f.read()
             if path.endswith(".gz"):
-                data = gzip.decompress(data)
+                data = _gunzip(data, path)
             return decode_lines(data, path)
     raise FileNotFoundError(
         f"{candidates[0]}: file not found (nor {', '.join(candidates[1:])}); "

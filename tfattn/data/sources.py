@@ -125,13 +125,13 @@ def parse_dataset_spec(text, source_language=None, target_language=None,
                        data_dir or None, manual_dir or None)
 
 
-def check_dataset(spec):
+def check_dataset(spec, splits=("train",)):
     """Raises FileNotFoundError when the spec's local data is missing.
 
     A cheap check, made before anything is written: the manual directory
-    exists and Multi30k's holds its six files, the text files exist, and the
-    data directory is a directory if it exists (TFDS creates it when it
-    prepares a dataset there).
+    exists and Multi30k's holds its six files, the text files of `splits`
+    exist, and the data directory is a directory if it exists (TFDS creates
+    it when it prepares a dataset there).
     """
     if spec.data_dir and tf.io.gfile.exists(spec.data_dir) and not \
             tf.io.gfile.isdir(spec.data_dir):
@@ -148,7 +148,8 @@ def check_dataset(spec):
                 f"{spec.manual_dir}: the Multi30k manual directory lacks "
                 + ", ".join(missing))
     if spec.kind == "textfiles":
-        _textfile_prefix(spec, "train")
+        for split in splits:
+            _textfile_prefix(spec, split)
 
 
 def _textfile_prefix(spec, split):
@@ -163,8 +164,12 @@ def _textfile_prefix(spec, split):
     wanted = " or ".join(
         f"{p}.{{{spec.source_language},{spec.target_language}}}"
         for p in candidates)
+    hint = {"validation": " (train.py reads it for --samples, and "
+                          "training for eval_every_steps; 0 skips both)",
+            "test": " (train.py --eval_split=validation scores the "
+                    "validation split instead)"}.get(split, "")
     raise FileNotFoundError(f"No parallel text files for split {split!r}: "
-                            f"expected {wanted}.")
+                            f"expected {wanted}{hint}.")
 
 
 def load_split(spec, split="train"):
@@ -259,7 +264,8 @@ def build_tokenizer(spec, hp, train_pairs, model_dir, resume=False):
         spec: DatasetSpec.
         hp: HParams.
         train_pairs: the training split (`load_split`).
-        model_dir: str. Where `spm.model` is read (resume) or written.
+        model_dir: str or None. Where `spm.model` is read (resume) or
+            written (None: learnt in memory only).
         resume: bool. Load `model_dir/spm.model` instead of learning it.
     """
     if resume:

@@ -212,8 +212,9 @@ def train_tokenizer(
         sentences: iterable of str or bytes. Training text of both languages,
             e.g. every source and every target sentence of the training
             split. Read once into memory.
-        model_dir: str or path-like. Directory to write into (created if
-            needed; `gs://` works).
+        model_dir: str, path-like or None. Directory to write into (created
+            if needed; `gs://` works); None writes nothing (`save_tokenizer`
+            writes later).
         vocab_size: int. Requested number of pieces, special ones included.
             If the corpus supports fewer, training is repeated with the
             largest size it supports and a warning is logged. Defaults to
@@ -303,18 +304,24 @@ def train_tokenizer(
         model = _train(texts, vocab_size, options)
 
     tokenizer = SubwordTokenizer(model)
+    if model_dir is not None:
+        save_tokenizer(tokenizer, model_dir)
+    return tokenizer
+
+
+def save_tokenizer(tokenizer, model_dir):
+    """Writes `model_dir/spm.model` and `spm.vocab` of a `SubwordTokenizer`
+    (atomically, both or neither)."""
     model_dir = str(model_dir)
     tf.io.gfile.makedirs(model_dir)
-    # The model goes first: it is the file read back; the vocab is for people.
+    processor = tokenizer._processor
     write_files_atomically(
         {
-            os.path.join(model_dir, MODEL_FILENAME): model,
-            os.path.join(model_dir, VOCAB_FILENAME): _vocab_text(
-                tokenizer._processor
-            ),
+            os.path.join(model_dir, MODEL_FILENAME):
+                processor.serialized_model_proto(),
+            os.path.join(model_dir, VOCAB_FILENAME): _vocab_text(processor),
         }
     )
-    return tokenizer
 
 
 def load_tokenizer(model_dir):

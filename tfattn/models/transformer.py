@@ -1,6 +1,8 @@
 """`Transformer`: the sequence-to-sequence model, with cached decoding."""
 
 import keras
+import numpy as np
+import tensorflow as tf
 from keras import ops
 
 from tfattn import decoding
@@ -233,8 +235,8 @@ class Transformer(keras.Model):
         [B, H, T, S]. They are the weights of this same forward pass.
         """
         source, target_in = _pair(inputs, "inputs")
-        self._check_ids("source", source)
-        self._check_ids("target_in", target_in)
+        source = self._check_ids("source", source)
+        target_in = self._check_ids("target_in", target_in)
         _check_same_batch(source, target_in)
         encoded = self.encode(source, training=training,
                               return_attention_scores=return_attention_scores)
@@ -249,7 +251,7 @@ class Transformer(keras.Model):
     def encode(self, source, training=None, return_attention_scores=False):
         """Source ids [B, S] -> (memory [B, S, C], source keep-mask [B, S]),
         and the encoder's weights (a list) with `return_attention_scores`."""
-        self._check_ids("source", source)
+        source = self._check_ids("source", source)
         keep = masking.padding_mask(source)
         x = self._embed(self.source_embedding, self.source_positions, source, training)
         memory = self.encoder(x, padding_mask=self._stack_mask(keep), training=training,
@@ -264,7 +266,7 @@ class Transformer(keras.Model):
         """Target input ids [B, T] and the encoder's output -> logits [B, T, V],
         and `{"decoder": [...], "cross": [...]}` with
         `return_attention_scores`."""
-        self._check_ids("target_in", target_in)
+        target_in = self._check_ids("target_in", target_in)
         keep = masking.padding_mask(target_in)
         x = self._embed(self.target_embedding, self.target_positions, target_in, training)
         x = self.decoder(
@@ -350,7 +352,9 @@ class Transformer(keras.Model):
         """
         validation.check_positive_int("beam_size", beam_size, _CONTEXT)
         validation.check_non_negative_float("alpha", alpha, _CONTEXT)
-        self._check_ids("source", source)
+        source = self._check_ids("source", source)
+        if not self.built:  # Weights are made by the first call.
+            self.build({"source": tuple(source.shape), "target_in": (None, 1)})
         if max_length is None:
             static = source.shape[1]
             if static is None:
@@ -378,6 +382,14 @@ class Transformer(keras.Model):
     # Checks and config.
 
     def _check_ids(self, name, ids):
+        """Checks token ids at the model's door: int, [B, T], within the
+        positional table and 0 <= id < the vocabulary. Eagerly a ValueError
+        naming the argument and the offending id; in a graph (tf.function,
+        XLA, serving) in-graph assertions with the same message, so an id
+        out of range never reaches a gather. Returns `ids` (in a graph, one
+        that depends on the assertions)."""
+        if not hasattr(ids, "dtype"):
+            ids = ops.convert_to_tensor(ids)
         shape = validation.shape_of(ids)
         dtype = keras.backend.standardize_dtype(ids.dtype)
         if "int" not in dtype or len(shape) != 2:
@@ -392,6 +404,25 @@ class Transformer(keras.Model):
                 "positions (build the model with a larger max_length)",
                 f"<tensor of shape {shape}>", _CONTEXT,
             )
+        vocab = (self.source_vocab_size if name == "source"
+                 else self.target_vocab_size or self.source_vocab_size)
+        expected = f"token ids in [0, {vocab}) (the vocabulary)"
+        if tf.executing_eagerly() and not isinstance(ids, keras.KerasTensor):
+            values = np.asarray(ids)
+            bad = values[(values < 0) | (values >= vocab)]
+            if bad.size:
+                raise validation.invalid_argument(
+                    name, expected, f"<ids holding {int(bad[0])}>", _CONTEXT)
+            return ids
+        if isinstance(ids, keras.KerasTensor):
+            return ids
+        message = (f"{_CONTEXT}: Received an invalid value for argument "
+                   f"`{name}`, expected {expected}.")
+        checks = [tf.debugging.assert_non_negative(ids, message=message),
+                  tf.debugging.assert_less(ids, tf.cast(vocab, ids.dtype),
+                                           message=message)]
+        with tf.control_dependencies(checks):
+            return tf.identity(ids)
 
     def _check_decode_length(self, max_length):
         if max_length > self.max_length:
