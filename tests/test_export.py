@@ -301,3 +301,25 @@ def test_attention_signature_equals_the_python_model(tiny, exported):
                 np.testing.assert_allclose(
                     out[kind][layer, row, :, :q, :k],
                     maps.scores[kind][layer], atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(), (2, 2)])
+def test_serving_refuses_inputs_that_are_not_a_vector(exported, shape):
+    """The signature declares [None] strings; a scalar or a matrix used to
+    give 1 or 4 translations. Refused in the graph, naming the input."""
+    loaded = export.load_translator(exported)
+    sentences = tf.fill(shape, "12")
+    for signature in ("serving_default", "attention"):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="sentences_must_be_a_vector_of_strings"):
+            loaded.signatures[signature](sentences=sentences)
+
+
+def test_serving_flags_the_sources_it_truncated(exported):
+    """TEXTS[-1] has 40 digits: more than max_source_length = 27 pieces."""
+    loaded = export.load_translator(exported)
+    out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
+    assert out["truncated"].dtype == tf.bool
+    assert out["truncated"].numpy().tolist() == [False] * 7 + [True]
+    attention = loaded.signatures["attention"](sentences=tf.constant(TEXTS))
+    assert attention["truncated"].numpy().tolist() == [False] * 7 + [True]

@@ -2,8 +2,11 @@
 
 `export_translator` writes a SavedModel whose `serving_default` signature
 takes one input, `sentences` (a `[batch]` `tf.string` tensor of source
-text), and returns `translations` (`[batch]` `tf.string`, detokenised, cut
-at EOS) and `scores` (`[batch]` float32, the length-penalised beam score).
+text; any other rank is refused in the graph with an InvalidArgumentError
+naming `sentences`), and returns `translations` (`[batch]` `tf.string`,
+detokenised, cut at EOS), `scores` (`[batch]` float32, the
+length-penalised beam score) and `truncated` (`[batch]` bool, True where
+the source was longer than `max_source_length` and was cut, see Lengths).
 Everything runs inside the graph: SentencePiece tokenisation (a
 `tensorflow_text.SentencepieceTokenizer` built from the serialized model
 bytes, held by the exported `tf.Module`, see TRAPS.md item 7), truncation,
@@ -127,10 +130,11 @@ class Translator(tf.Module):
         tf.TensorSpec([None], tf.string, name="sentences")
     ])
     def translate(self, sentences):
-        """`[B]` strings -> `{'translations': [B] strings, 'scores': [B]}`."""
-        source = encode_for_translation(
-            self.tokenizer, sentences, self._max_source_length
-        )
+        """`[B]` strings -> `{'translations': [B] strings, 'scores': [B],
+        'truncated': [B] bool}`."""
+        source, truncated = encode_for_translation(
+            self.tokenizer, _vector_of_strings(sentences),
+            self._max_source_length, return_truncated=True)
         ids, scores = self.model.generate(
             source, beam_size=self._beam_size, alpha=self._alpha,
             max_length=self._max_length, extra_length=self._extra_length,
@@ -138,6 +142,7 @@ class Translator(tf.Module):
         return {
             "translations": self.tokenizer.detokenize(ids),
             "scores": tf.cast(scores, tf.float32),
+            "truncated": truncated,
         }
 
     @tf.function(input_signature=[
@@ -148,10 +153,10 @@ class Translator(tf.Module):
         pass over them: `translations` [B], `source_tokens` [B, S] and
         `target_tokens` [B, T] (pieces; "" past a row's end), and
         `encoder` [layers, B, H, S, S], `decoder` [layers, B, H, T, T],
-        `cross` [layers, B, H, T, S] (float32)."""
-        source = encode_for_translation(
-            self.tokenizer, sentences, self._max_source_length
-        )
+        `cross` [layers, B, H, T, S] (float32), and `truncated` [B]."""
+        source, truncated = encode_for_translation(
+            self.tokenizer, _vector_of_strings(sentences),
+            self._max_source_length, return_truncated=True)
         ids, _ = self.model.generate(
             source, beam_size=self._beam_size, alpha=self._alpha,
             max_length=self._max_length, extra_length=self._extra_length,
@@ -169,8 +174,17 @@ class Translator(tf.Module):
         outputs = {kind: tf.stack(scores[kind]) for kind in scores}
         outputs.update(translations=self.tokenizer.detokenize(ids),
                        source_tokens=pieces(source),
-                       target_tokens=pieces(ids))
+                       target_tokens=pieces(ids), truncated=truncated)
         return outputs
+
+
+def _vector_of_strings(sentences):
+    """The signature declares [None] strings, but a SavedModel signature
+    does not check what it is fed: a [2, 2] tensor would give 4
+    translations. EnsureShape checks at run time (its name is in the
+    error)."""
+    return tf.ensure_shape(sentences, [None],
+                           name="sentences_must_be_a_vector_of_strings")
 
 
 def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,

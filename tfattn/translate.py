@@ -71,7 +71,7 @@ def decode_lengths(model, extra_length=50, max_source_length=None):
 
 
 def encode_for_translation(sp_tokenizer, sentences, max_source_length,
-                           pad_to_length=False):
+                           pad_to_length=False, return_truncated=False):
     """Strings -> int32 source ids `[B, S]`: pieces, EOS, 0-padding.
 
     A source longer than `max_source_length` (EOS included) keeps its first
@@ -85,18 +85,24 @@ def encode_for_translation(sp_tokenizer, sentences, max_source_length,
         max_source_length: Python int.
         pad_to_length: bool. Pad to `max_source_length` columns (a static
             shape) instead of the longest row. Defaults to `False`.
+        return_truncated: bool. Also return which rows were cut.
 
     Returns:
-        int32 `[B, S]` tensor.
+        int32 `[B, S]` tensor; with `return_truncated`, also bool `[B]`,
+        True where the source lost pieces.
     """
-    ids = sp_tokenizer.tokenize(sentences)
-    ids = tf.cast(ids, tf.int32)[:, : max_source_length - 1]
+    pieces = tf.cast(sp_tokenizer.tokenize(sentences), tf.int32)
+    ids = pieces[:, : max_source_length - 1]
     eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
     ids = tf.concat([ids, eos], axis=1)
     if pad_to_length:
-        return ids.to_tensor(default_value=PAD_ID,
-                             shape=[None, max_source_length])
-    return ids.to_tensor(default_value=PAD_ID)
+        ids = ids.to_tensor(default_value=PAD_ID,
+                            shape=[None, max_source_length])
+    else:
+        ids = ids.to_tensor(default_value=PAD_ID)
+    if not return_truncated:
+        return ids
+    return ids, pieces.row_lengths() > max_source_length - 1
 
 
 def model_proto_of(tokenizer):
