@@ -17,7 +17,7 @@ import tensorflow as tf
 # The longest message line printed, and the longest unbroken run of
 # characters (a value echoed whole, such as a 1 MB override) kept in it.
 _MAX_MESSAGE = 2000
-_MAX_RUN = 100
+_MAX_RUN = 120
 
 
 class UsageError(ValueError):

@@ -74,6 +74,10 @@ def hold(model_dir, chief=True):
     if path in _held:
         yield
         return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(
+            f"{model_dir}: is a file, expected a model directory (choose "
+            "another --model_dir)")
     os.makedirs(path, exist_ok=True)
     fd = os.open(os.path.join(path, LOCK_FILENAME), os.O_RDWR | os.O_CREAT,
                  0o644)
