@@ -80,6 +80,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 import hparams as hparams_sets  # noqa: E402
+from tfattn import commands  # noqa: E402
 from tfattn import config  # noqa: E402
 from tfattn import distribute  # noqa: E402
 from tfattn import errors  # noqa: E402
@@ -100,11 +101,9 @@ _TENSORFLOW_DIR = os.path.dirname(tensorflow.__file__)
 logging.get_absl_handler().addFilter(_drop_tensorflow_info)
 tensorflow.get_logger().setLevel("WARNING")
 
-MODES = ("train", "eval", "export", "all")
+MODES = commands.MODES
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 DEFAULT_RUNS_DIR = "runs"
-# Validation sentences whose attention eval draws into TensorBoard.
-ATTENTION_SENTENCES = 2
 
 # Hyperparameters.
 flags.DEFINE_string(
@@ -279,159 +278,6 @@ def requested_hparams(directory):
     return config.parse_overrides(base, FLAGS.hparams_overrides)
 
 
-def decoding_settings(directory):
-    """(decoding keyword arguments, checkpoints to average) of eval and
-    export: the saved hparams' with --hparams_overrides applied (decoding
-    fields only), and --average_checkpoints over the hparams' value."""
-    saved = run_dir.load_saved_hparams(directory)
-    if saved is None:
-        raise FileNotFoundError(
-            f"{directory} holds no trained model (no hparams.json); train one "
-            "first (--mode=train).")
-    hp = config.parse_overrides(saved, FLAGS.hparams_overrides)
-    changed = [n for n in config.differences(saved, hp)
-               if n not in config.DECODING_FIELDS]
-    if changed:
-        raise ValueError(
-            "With --mode=eval or export, --hparams_overrides may change only "
-            f"the decoding fields ({', '.join(config.DECODING_FIELDS)}); "
-            f"received changes to {', '.join(changed)}.")
-    return config.decoding_kwargs(hp), (FLAGS.average_checkpoints
-                                        or hp.average_checkpoints)
-
-
-def prepare(directory):
-    """Checks everything that bad input can break; nothing is written.
-
-    Returns:
-        (hparams or None, dataset spec, strategy).
-    """
-    spec = sources.parse_dataset_spec(
-        FLAGS.dataset, FLAGS.source_language, FLAGS.target_language,
-        FLAGS.data_dir, FLAGS.manual_dir)
-    # The splits this command will read, checked before training starts.
-    splits = ["train"] if FLAGS.mode in ("train", "all") else []
-    if FLAGS.mode in ("train", "all") and FLAGS.samples:
-        splits.append("validation")
-    if FLAGS.mode in ("eval", "all"):
-        splits.append(FLAGS.eval_split)
-    sources.check_dataset(spec, splits)
-    if spec.kind in ("multi30k", "tfds") and not sys.stderr.isatty():
-        # TFDS's progress bars write cursor-control codes into log files.
-        import tensorflow_datasets as tfds
-        tfds.disable_progress_bar()
-    hp = None
-    if FLAGS.mode in ("train", "all"):
-        hp = run_dir.resolve_hparams(directory, requested_hparams(directory))
-    else:
-        decoding_settings(directory)
-    # MultiWorkerMirroredStrategy must exist before other TensorFlow work.
-    strategy = distribute.make_strategy(FLAGS.strategy, FLAGS.tpu)
-    return hp, spec, strategy
-
-
-def run_train(hp, spec, strategy, directory):
-    from tfattn import translate
-    result = training.train(
-        hp, spec, directory, strategy=strategy,
-        steps=FLAGS.train_steps, epochs=FLAGS.train_epochs,
-        mixed_precision=None if FLAGS.mixed_precision == "off"
-        else FLAGS.mixed_precision,
-        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed,
-        verbose=int(FLAGS.progress_bar and sys.stdout.isatty()))
-    if result.loss is not None:
-        logging.info("Step %d: loss %.4f, token accuracy %.4f, %.0f "
-                     "tokens/s, %.1f s.", result.step, result.loss,
-                     result.accuracy, result.tokens_per_second,
-                     result.seconds)
-    if FLAGS.samples and distribute.is_chief(strategy):
-        exact, rows = translate.sample_translations(
-            result.model, result.tokenizer,
-            config.decoding_kwargs(result.hparams), spec,
-            count=FLAGS.samples)
-        for source, reference, hypothesis in rows[:5]:
-            print(f"  {source}\n    -> {hypothesis}\n    (reference: "
-                  f"{reference})")
-        print(f"Exact match on {len(rows)} validation pairs: {exact:.1%}")
-    return result
-
-
-def run_eval(spec, directory):
-    from tfattn import data
-    from tfattn import evaluation
-    decoding, average = decoding_settings(directory)
-    model, tokenizer, _ = run_dir.restore_model(directory,
-                                                average_last=average)
-    split = FLAGS.eval_split
-    pairs = sources.load_pairs(spec, split)
-    references = None
-    if spec.kind == "multi30k" and spec.manual_dir:
-        tok_dir = os.path.join(spec.manual_dir, os.pardir, "tok")
-        try:
-            references = data.load_tokenized_references(
-                split, spec.target_language, tok_dir)
-        except FileNotFoundError:
-            logging.info("No tokenised references in %s.", tok_dir)
-    metrics = evaluation.evaluate(
-        model, tokenizer, pairs, directory, split, **decoding,
-        tokenized_references=references,
-        target_language=spec.target_language if references else None)
-    print(f"BLEU on the {split} split: {metrics['bleu']:.2f} "
-          f"({metrics['bleu_signature']})")
-    if "bleu_tokenized_lowercased" in metrics:
-        print("Tokenised, lowercased BLEU: "
-              f"{metrics['bleu_tokenized_lowercased']:.2f}")
-    attention_images(model, tokenizer, spec, directory, decoding, pairs)
-    return metrics
-
-
-def attention_images(model, tokenizer, spec, directory, decoding, pairs):
-    """TensorBoard images (MODEL_DIR/eval) of the attention of the first
-    validation sentences (test ones when there is no validation split)."""
-    import time
-
-    import tensorflow as tf
-
-    from tfattn import visualize
-    try:
-        visualize.plot.require_matplotlib()
-    except ImportError as error:
-        logging.info("No attention images for TensorBoard: %s", error)
-        return 0
-    try:
-        shown = sources.load_pairs(spec, "validation",
-                                   limit=ATTENTION_SENTENCES)
-    except (FileNotFoundError, ValueError):
-        shown = pairs[:ATTENTION_SENTENCES]
-    checkpoint = tf.train.latest_checkpoint(directory)
-    step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
-    started = time.time()
-    count = visualize.write_attention_summaries(
-        model, tokenizer, [source for source, _ in shown if source.strip()],
-        os.path.join(directory, "eval"), step, decoding)
-    logging.info("Wrote %d attention images to TensorBoard (%s) in %.1f s.",
-                 count, os.path.join(directory, "eval"),
-                 time.time() - started)
-    return count
-
-
-def run_export(directory):
-    from tfattn import export
-    decoding, average = decoding_settings(directory)
-    model, tokenizer, _ = run_dir.restore_model(directory,
-                                                average_last=average)
-    export_dir = FLAGS.export_dir or os.path.join(directory, "export")
-    overwrite = FLAGS.overwrite_export or not FLAGS.export_dir
-    if os.path.lexists(export_dir) and not overwrite:
-        raise FileExistsError(
-            f"{export_dir}: already exists; pass --overwrite_export to "
-            "replace it, or choose another --export_dir.")
-    path = export.export_translator(model, tokenizer, export_dir, **decoding,
-                                    overwrite=overwrite)
-    print(f"Exported a string-to-string translator to {path}")
-    return path
-
-
 def _fail(error, status=1):
     """Ends the program with one line naming what went wrong."""
     message = f"Error: {errors.describe(error)}"
@@ -470,18 +316,24 @@ def _run(argv):
     directory = model_dir()
     if not FLAGS.model_dir:
         print(f"Model directory: {directory}")
-    hp, spec, strategy = prepare(directory)
-    if FLAGS.mode in ("train", "all"):
-        # Holds the directory itself (`run_dir.hold`) once its input is
-        # checked, so that bad input leaves nothing behind.
-        run_train(hp, spec, strategy, directory)
-    if FLAGS.mode == "train":
-        return
-    with run_dir.hold(directory, chief=distribute.is_chief(strategy)):
-        if FLAGS.mode in ("eval", "all"):
-            run_eval(spec, directory)
-        if FLAGS.mode in ("export", "all"):
-            run_export(directory)
+    command = commands.Command(
+        mode=FLAGS.mode, model_dir=directory,
+        dataset=sources.parse_dataset_spec(
+            FLAGS.dataset, FLAGS.source_language, FLAGS.target_language,
+            FLAGS.data_dir, FLAGS.manual_dir),
+        hparams=(requested_hparams(directory)
+                 if FLAGS.mode in ("train", "all") else None),
+        hparams_overrides=FLAGS.hparams_overrides, strategy=FLAGS.strategy,
+        tpu=FLAGS.tpu,
+        mixed_precision=(None if FLAGS.mixed_precision == "off"
+                         else FLAGS.mixed_precision),
+        jit_compile=FLAGS.jit_compile, train_steps=FLAGS.train_steps,
+        train_epochs=FLAGS.train_epochs, export_dir=FLAGS.export_dir,
+        overwrite_export=FLAGS.overwrite_export,
+        average_checkpoints=FLAGS.average_checkpoints,
+        eval_split=FLAGS.eval_split, seed=FLAGS.seed, samples=FLAGS.samples,
+        progress_bar=FLAGS.progress_bar)
+    commands.run(command)
 
 
 def _parse_flags(argv):

@@ -16,6 +16,7 @@ from absl.testing import flagsaver
 
 import hparams
 import train
+from tfattn import commands
 from tfattn import config
 from tfattn import run_dir
 from tfattn.files import write_text_atomically
@@ -389,8 +390,8 @@ def _saved_run(tmp_path, monkeypatch):
         return [("1", "one")]
 
     monkeypatch.setattr(run_dir, "restore_model", fake_restore)
-    monkeypatch.setattr(train.sources, "load_pairs", fake_load_pairs)
-    monkeypatch.setattr(train, "attention_images", lambda *args: 0)
+    monkeypatch.setattr(commands.sources, "load_pairs", fake_load_pairs)
+    monkeypatch.setattr(commands, "attention_images", lambda *args: 0)
 
     def fake_evaluate(model, tokenizer, pairs, model_dir, split, **kwargs):
         seen["evaluate"] = kwargs

@@ -65,6 +65,7 @@ from tfattn.data.sources import parse_dataset_spec
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import save_tokenizer
 from tfattn.files import write_text_atomically
+from tfattn.distribute import check_memory
 from tfattn.distribute import is_chief
 from tfattn.distribute import num_workers
 from tfattn.distribute import per_replica_batch
@@ -204,7 +205,7 @@ def _train(held, hparams, dataset, model_dir, strategy, steps, epochs,
     if steps is not None or epochs is not None:
         hp = dataclasses.replace(hp, train_steps=steps, train_epochs=epochs)
     per_replica_batch(hp, strategy.num_replicas_in_sync)
-    _check_memory(hp, strategy)
+    check_memory(hp, strategy)
     check_dataset(dataset)
     train_pairs = load_split(dataset, "train")
     chief = is_chief(strategy)
@@ -397,25 +398,6 @@ def _train(held, hparams, dataset, model_dir, strategy, steps, epochs,
     return TrainResult(at, start_step, last["loss"], last["accuracy"],
                        last["tokens_per_second"], last["validation_bleu"],
                        saved, hp, model, tokenizer, seconds)
-
-
-def _check_memory(hp, strategy):
-    """Refuses hparams whose training cannot fit in this machine's memory
-    (`config.training_memory_estimate`, a lower bound; the batch's logits
-    count only when the host computes them, without accelerators)."""
-    state, logits, parameters = config.training_memory_estimate(hp)
-    on_host = not (tf.config.list_logical_devices("GPU")
-                   or tf.config.list_logical_devices("TPU"))
-    needed = state + (logits // strategy.num_replicas_in_sync if on_host else 0)
-    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if needed > available:
-        raise ValueError(
-            f"These hparams need at least {needed / 2**30:,.1f} GiB to train "
-            f"({parameters:,} parameters: weights, gradients and Adam's "
-            "moments" + (", and one batch's logits" if on_host else "")
-            + f"), more than this machine's {available / 2**30:,.1f} GiB: "
-            "reduce num_layers, num_units, ffn_units, vocab_size or the "
-            "batch.")
 
 
 def _log_projection(seconds, steps, at, total_steps):

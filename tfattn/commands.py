@@ -1,0 +1,223 @@
+"""What `train.py`'s modes do, from plain arguments: check, train, evaluate,
+export.
+
+`train.py` turns its flags into a `Command` and calls `run(command)`; the
+library never reads flags nor imports the application's hparams sets (the
+requested set arrives as an `HParams`).
+
+- `check(command)`: everything that bad input can break, before anything
+  is written; returns the hparams to train with and the strategy.
+- `run(command)`: the modes in turn (train, then eval and export while
+  holding the model directory, `run_dir.hold`).
+"""
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Optional
+
+import tensorflow as tf
+from absl import logging
+
+from tfattn import config
+from tfattn import distribute
+from tfattn import run_dir
+from tfattn import training
+from tfattn.data import sources
+
+MODES = ("train", "eval", "export", "all")
+# Validation sentences whose attention eval draws into TensorBoard.
+ATTENTION_SENTENCES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One invocation of `train.py` (see its flags for each field)."""
+
+    mode: str
+    model_dir: str
+    dataset: sources.DatasetSpec
+    # The requested set with its overrides; None resumes with the saved one.
+    hparams: Optional[config.HParams] = None
+    hparams_overrides: str = ""
+    strategy: str = "default"
+    tpu: Optional[str] = None
+    mixed_precision: Optional[str] = None
+    jit_compile: bool = False
+    train_steps: Optional[int] = None
+    train_epochs: Optional[int] = None
+    export_dir: Optional[str] = None
+    overwrite_export: bool = False
+    average_checkpoints: Optional[int] = None
+    eval_split: str = "test"
+    seed: int = 0
+    samples: int = 100
+    progress_bar: bool = True
+
+
+def decoding_settings(command):
+    """(decoding keyword arguments, checkpoints to average) of eval and
+    export: the saved hparams' with the overrides applied (decoding fields
+    only), and `average_checkpoints` over the hparams' value."""
+    directory = command.model_dir
+    saved = run_dir.load_saved_hparams(directory)
+    if saved is None:
+        raise FileNotFoundError(
+            f"{directory} holds no trained model (no hparams.json); train one "
+            "first (--mode=train).")
+    hp = config.parse_overrides(saved, command.hparams_overrides)
+    changed = [n for n in config.differences(saved, hp)
+               if n not in config.DECODING_FIELDS]
+    if changed:
+        raise ValueError(
+            "With --mode=eval or export, --hparams_overrides may change only "
+            f"the decoding fields ({', '.join(config.DECODING_FIELDS)}); "
+            f"received changes to {', '.join(changed)}.")
+    return config.decoding_kwargs(hp), (command.average_checkpoints
+                                        or hp.average_checkpoints)
+
+
+def check(command):
+    """Checks everything that bad input can break; nothing is written.
+
+    Returns:
+        (hparams or None, strategy).
+    """
+    spec = command.dataset
+    # The splits this command will read, checked before training starts.
+    training_mode = command.mode in ("train", "all")
+    splits = ["train"] if training_mode else []
+    if training_mode and command.samples:
+        splits.append("validation")
+    if command.mode in ("eval", "all"):
+        splits.append(command.eval_split)
+    sources.check_dataset(spec, splits)
+    if spec.kind in ("multi30k", "tfds") and not sys.stderr.isatty():
+        # TFDS's progress bars write cursor-control codes into log files.
+        import tensorflow_datasets as tfds
+        tfds.disable_progress_bar()
+    hp = None
+    if training_mode:
+        hp = run_dir.resolve_hparams(command.model_dir, command.hparams)
+    else:
+        decoding_settings(command)
+    # MultiWorkerMirroredStrategy must exist before other TensorFlow work.
+    strategy = distribute.make_strategy(command.strategy, command.tpu)
+    return hp, strategy
+
+
+def run_train(command, hp, strategy):
+    from tfattn import translate
+    result = training.train(
+        hp, command.dataset, command.model_dir, strategy=strategy,
+        steps=command.train_steps, epochs=command.train_epochs,
+        mixed_precision=command.mixed_precision,
+        jit_compile=command.jit_compile, seed=command.seed,
+        verbose=int(command.progress_bar and sys.stdout.isatty()))
+    if result.loss is not None:
+        logging.info("Step %d: loss %.4f, token accuracy %.4f, %.0f "
+                     "tokens/s, %.1f s.", result.step, result.loss,
+                     result.accuracy, result.tokens_per_second,
+                     result.seconds)
+    if command.samples and distribute.is_chief(strategy):
+        exact, rows = translate.sample_translations(
+            result.model, result.tokenizer,
+            config.decoding_kwargs(result.hparams), command.dataset,
+            count=command.samples)
+        for source, reference, hypothesis in rows[:5]:
+            print(f"  {source}\n    -> {hypothesis}\n    (reference: "
+                  f"{reference})")
+        print(f"Exact match on {len(rows)} validation pairs: {exact:.1%}")
+    return result
+
+
+def run_eval(command):
+    from tfattn import data
+    from tfattn import evaluation
+    spec, directory = command.dataset, command.model_dir
+    decoding, average = decoding_settings(command)
+    model, tokenizer, _ = run_dir.restore_model(directory,
+                                                average_last=average)
+    split = command.eval_split
+    pairs = sources.load_pairs(spec, split)
+    references = None
+    if spec.kind == "multi30k" and spec.manual_dir:
+        tok_dir = os.path.join(spec.manual_dir, os.pardir, "tok")
+        try:
+            references = data.load_tokenized_references(
+                split, spec.target_language, tok_dir)
+        except FileNotFoundError:
+            logging.info("No tokenised references in %s.", tok_dir)
+    metrics = evaluation.evaluate(
+        model, tokenizer, pairs, directory, split, **decoding,
+        tokenized_references=references,
+        target_language=spec.target_language if references else None)
+    print(f"BLEU on the {split} split: {metrics['bleu']:.2f} "
+          f"({metrics['bleu_signature']})")
+    if "bleu_tokenized_lowercased" in metrics:
+        print("Tokenised, lowercased BLEU: "
+              f"{metrics['bleu_tokenized_lowercased']:.2f}")
+    attention_images(model, tokenizer, spec, directory, decoding, pairs)
+    return metrics
+
+
+def attention_images(model, tokenizer, spec, directory, decoding, pairs):
+    """TensorBoard images (MODEL_DIR/eval) of the attention of the first
+    validation sentences (test ones when there is no validation split)."""
+    from tfattn import visualize
+    try:
+        visualize.plot.require_matplotlib()
+    except ImportError as error:
+        logging.info("No attention images for TensorBoard: %s", error)
+        return 0
+    try:
+        shown = sources.load_pairs(spec, "validation",
+                                   limit=ATTENTION_SENTENCES)
+    except (FileNotFoundError, ValueError):
+        shown = pairs[:ATTENTION_SENTENCES]
+    checkpoint = tf.train.latest_checkpoint(directory)
+    step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+    started = time.time()
+    count = visualize.write_attention_summaries(
+        model, tokenizer, [source for source, _ in shown if source.strip()],
+        os.path.join(directory, "eval"), step, decoding)
+    logging.info("Wrote %d attention images to TensorBoard (%s) in %.1f s.",
+                 count, os.path.join(directory, "eval"),
+                 time.time() - started)
+    return count
+
+
+def run_export(command):
+    from tfattn import export
+    directory = command.model_dir
+    decoding, average = decoding_settings(command)
+    model, tokenizer, _ = run_dir.restore_model(directory,
+                                                average_last=average)
+    export_dir = command.export_dir or os.path.join(directory, "export")
+    overwrite = command.overwrite_export or not command.export_dir
+    if os.path.lexists(export_dir) and not overwrite:
+        raise FileExistsError(
+            f"{export_dir}: already exists; pass --overwrite_export to "
+            "replace it, or choose another --export_dir.")
+    path = export.export_translator(model, tokenizer, export_dir, **decoding,
+                                    overwrite=overwrite)
+    print(f"Exported a string-to-string translator to {path}")
+    return path
+
+
+def run(command):
+    """Checks `command`, then runs its modes in turn."""
+    hp, strategy = check(command)
+    if command.mode in ("train", "all"):
+        # Holds the directory itself (`run_dir.hold`) once its input is
+        # checked, so that bad input leaves nothing behind.
+        run_train(command, hp, strategy)
+    if command.mode == "train":
+        return
+    with run_dir.hold(command.model_dir,
+                      chief=distribute.is_chief(strategy)):
+        if command.mode in ("eval", "all"):
+            run_eval(command)
+        if command.mode in ("export", "all"):
+            run_export(command)
