@@ -205,23 +205,17 @@ def test_other_flavour_and_size_are_refused_by_name(checkpoint):
         tfattn.interop.from_reference_checkpoint(prefix, flavor=other)
     kwargs = dict(target_vocab_size=V_TGT, max_length=MAXLEN) if (
         flavor == "reference_2017") else {}
-    wider = tfattn.Transformer(V, num_layers=N, num_units=2 * C, num_heads=H,
-                               ffn_units=F, flavor=flavor, **kwargs)
-    wider((SOURCE, TARGET_IN))
-    with pytest.raises(ValueError, match=r"of another shape \d+: decoder/\S+ "
-                                         r"\([^)]*\) \(the model's \([^)]*16"):
-        tfattn.interop.load_reference_checkpoint(wider, prefix)
-    shallow = tfattn.Transformer(V, num_layers=1, num_units=C, num_heads=H,
-                                 ffn_units=F, flavor=flavor, **kwargs)
-    shallow((SOURCE, TARGET_IN))
-    with pytest.raises(ValueError, match=r"not in the model \d+: "
-                                         r"decoder/num_blocks_1/"):
-        tfattn.interop.load_reference_checkpoint(shallow, prefix)
-    deeper = tfattn.Transformer(V, num_layers=3, num_units=C, num_heads=H,
-                                ffn_units=F, flavor=flavor, **kwargs)
-    deeper((SOURCE, TARGET_IN))
-    with pytest.raises(ValueError, match=r"missing \d+: decoder/num_blocks_2/"):
-        tfattn.interop.load_reference_checkpoint(deeper, prefix)
+    for size, pattern in (
+            (dict(num_units=2 * C), r"of another shape \d+: decoder/\S+ "
+                                    r"\([^)]*\) \(the model's \([^)]*16"),
+            (dict(num_layers=1), r"not in the model \d+: decoder/num_blocks_1/"),
+            (dict(num_layers=3), r"missing \d+: decoder/num_blocks_2/")):
+        model = tfattn.Transformer(V, **{**dict(num_layers=N, num_units=C),
+                                         **size}, num_heads=H, ffn_units=F,
+                                   flavor=flavor, **kwargs)
+        model((SOURCE, TARGET_IN))
+        with pytest.raises(ValueError, match=pattern):
+            tfattn.interop.load_reference_checkpoint(model, prefix)
 
 
 def test_left_over_variables_and_bad_paths(tmp_path):

@@ -2,27 +2,19 @@
 ...`, naming the file, line, flag or field, with exit status 2 (usage) or 1
 (the rest), no traceback, and nothing written."""
 
-import os
 import re
 import subprocess
 import sys
 
 import pytest
 from absl import flags
-from absl.testing import flagsaver
 
 import train
+from tests.test_train_cli import REPO
+from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
 from tfattn import training
 
 FLAGS = flags.FLAGS
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(autouse=True)
-def saved_flags():
-    with flagsaver.flagsaver():
-        yield
-    FLAGS.unparse_flags()
 
 
 def _main(*args):
