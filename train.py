@@ -102,7 +102,7 @@ logging.get_absl_handler().addFilter(_drop_tensorflow_info)
 tensorflow.get_logger().setLevel("WARNING")
 
 MODES = commands.MODES
-MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
+MIXED_PRECISION = ("off", "auto", "mixed_float16", "mixed_bfloat16")
 DEFAULT_RUNS_DIR = "runs"
 
 # Hyperparameters.
@@ -146,7 +146,11 @@ flags.DEFINE_string("tpu", None,
                     "TPU address or name (\"local\" on a TPU VM); only with "
                     "--strategy=tpu.")
 flags.DEFINE_enum("mixed_precision", "off", MIXED_PRECISION,
-                  "Mixed precision policy (mixed_float16 adds loss scaling).")
+                  "Compute precision: off (float32), auto (bfloat16 where "
+                  "this machine runs it faster: a TPU, an Ampere or later "
+                  "GPU, a CPU with bfloat16 dot products where a matmul of "
+                  "the model's width measures faster; printed), "
+                  "mixed_float16 (with loss scaling) or mixed_bfloat16.")
 flags.DEFINE_bool("jit_compile", False,
                   "Compile the training step with XLA (batches padded to "
                   "max_train_length).")

@@ -22,6 +22,7 @@ from absl import logging
 
 from tfattn import config
 from tfattn import distribute
+from tfattn import precision
 from tfattn import run_dir
 from tfattn import training
 from tfattn.data import sources
@@ -40,6 +41,7 @@ class Command:
     dataset: sources.DatasetSpec
     # The requested set with its overrides; None resumes with the saved one.
     hparams: Optional[config.HParams] = None
+    # None (float32), a Keras policy name, or "auto" (`tfattn.precision`).
     hparams_overrides: str = ""
     strategy: str = "default"
     tpu: Optional[str] = None
@@ -82,7 +84,8 @@ def check(command):
     """Checks everything that bad input can break; nothing is written.
 
     Returns:
-        (hparams or None, strategy).
+        (hparams or None, strategy, the command with `mixed_precision`
+        resolved when it was "auto").
     """
     spec = command.dataset
     # The splits this command will read, checked before training starts.
@@ -104,7 +107,15 @@ def check(command):
         decoding_settings(command)
     # MultiWorkerMirroredStrategy must exist before other TensorFlow work.
     strategy = distribute.make_strategy(command.strategy, command.tpu)
-    return hp, strategy
+    if command.mixed_precision == "auto":
+        policy = None
+        if training_mode:
+            policy, why = precision.choose(hp.num_units)
+            print(f"Precision: {policy or 'float32'}, because {why} "
+                  "(--mixed_precision=off, mixed_float16 or mixed_bfloat16 "
+                  "overrides).")
+        command = dataclasses.replace(command, mixed_precision=policy)
+    return hp, strategy, command
 
 
 def run_train(command, hp, strategy):
@@ -208,7 +219,7 @@ def run_export(command):
 
 def run(command):
     """Checks `command`, then runs its modes in turn."""
-    hp, strategy = check(command)
+    hp, strategy, command = check(command)
     if command.mode in ("train", "all"):
         # Holds the directory itself (`run_dir.hold`) once its input is
         # checked, so that bad input leaves nothing behind.
