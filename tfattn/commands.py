@@ -110,7 +110,7 @@ def check(command):
     if command.mixed_precision == "auto":
         policy = None
         if training_mode:
-            policy, why = precision.choose(hp.num_units)
+            policy, why = precision.choose(hp)
             print(f"Precision: {policy or 'float32'}, because {why} "
                   "(--mixed_precision=off, mixed_float16 or mixed_bfloat16 "
                   "overrides).")
