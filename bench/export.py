@@ -1,0 +1,97 @@
+"""Translation throughput of an exported SavedModel against the Python path.
+
+One process, one model (random weights, so every row decodes to its length
+limit), the same sentences:
+- `python`: `tfattn.translate.translate_texts` (tokenisation, `generate`,
+  detokenisation), without XLA and with `jit_compile=True`;
+- `saved_model`: the export's `serving_default` signature (string in,
+  string out, all in one graph), loaded back with `tf.saved_model.load`.
+Sentences per second at each batch size (one call = one batch), best of
+`--rounds` after a warm-up call; the translations are checked equal between
+the SavedModel and the non-XLA Python path.
+
+    python bench/export.py                    # batches 1, 16, 64; beam 4
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_text  # noqa: E402,F401  (registers the SentencePiece ops)
+
+import tfattn  # noqa: E402
+from tfattn import export  # noqa: E402
+from tfattn.data import numbers_splits  # noqa: E402
+from tfattn.data import train_tokenizer  # noqa: E402
+from tfattn.translate import translate_texts  # noqa: E402
+
+
+def best_rate(fn, count, rounds):
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return count / best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", default="1,16,64")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--units", type=int, default=128)
+    parser.add_argument("--extra_length", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    keras.utils.set_random_seed(0)
+    pairs = numbers_splits(max_value=99999, num_validation=200,
+                           num_test=200)
+    work = tempfile.mkdtemp()
+    tokenizer = train_tokenizer([s for pair in pairs["train"][:2000]
+                                 for s in pair], work, vocab_size=64,
+                                split_digits=True)
+    model = tfattn.Transformer(
+        tokenizer.vocab_size, num_layers=args.layers, num_units=args.units,
+        num_heads=4, ffn_units=2 * args.units, dropout_rate=0.0,
+        max_length=64)
+    model((tf.ones([1, 4], "int32"), tf.ones([1, 3], "int32")))
+    decoding = dict(beam_size=args.beam, extra_length=args.extra_length)
+    export_dir = os.path.join(work, "export")
+    export.export_translator(model, tokenizer, export_dir, **decoding)
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    texts = [source for source, _ in pairs["test"]]
+
+    print(f"{model.count_params() / 1e6:.1f}M parameters, {args.layers}+"
+          f"{args.layers} layers, width {args.units}, beam {args.beam}; "
+          f"sentences/s, best of {args.rounds}")
+    print(f"{'batch':>5} {'python':>9} {'python+XLA':>11} {'saved_model':>12}"
+          f" {'saved / python':>15} {'saved / XLA':>12}")
+    for batch in [int(b) for b in args.batches.split(",")]:
+        chunk = texts[:batch]
+        python = best_rate(lambda: translate_texts(
+            model, tokenizer, chunk, batch_size=batch, **decoding),
+            batch, args.rounds)
+        xla = best_rate(lambda: translate_texts(
+            model, tokenizer, chunk, batch_size=batch, jit_compile=True,
+            **decoding), batch, args.rounds)
+        saved = best_rate(lambda: serve(sentences=tf.constant(chunk))[
+            "translations"].numpy(), batch, args.rounds)
+        same = [t.decode() for t in serve(sentences=tf.constant(chunk))[
+            "translations"].numpy()] == translate_texts(
+                model, tokenizer, chunk, batch_size=batch, **decoding)
+        print(f"{batch:5d} {python:9.1f} {xla:11.1f} {saved:12.1f} "
+              f"{saved / python:14.2f}x {saved / xla:11.2f}x"
+              + ("" if same else "  (translations differ!)"))
+
+
+if __name__ == "__main__":
+    main()
