@@ -5,7 +5,8 @@ limit), the same sentences:
 - `python`: `tfattn.translate.translate_texts` (tokenisation, `generate`,
   detokenisation), without XLA and with `jit_compile=True`;
 - `saved_model`: the export's `serving_default` signature (string in,
-  string out, all in one graph), loaded back with `tf.saved_model.load`.
+  string out, all in one graph), loaded back with `tf.saved_model.load`;
+  `saved_model+XLA` the same exported with `jit_compile=True`.
 Sentences per second at each batch size (one call = one batch), best of
 `--rounds` after a warm-up call; the translations are checked equal between
 the SavedModel and the non-XLA Python path.
@@ -68,13 +69,18 @@ def main():
     export_dir = os.path.join(work, "export")
     export.export_translator(model, tokenizer, export_dir, **decoding)
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    xla_dir = os.path.join(work, "export_xla")
+    export.export_translator(model, tokenizer, xla_dir, jit_compile=True,
+                             **decoding)
+    serve_xla = tf.saved_model.load(xla_dir).signatures["serving_default"]
     texts = [source for source, _ in pairs["test"]]
 
     print(f"{model.count_params() / 1e6:.1f}M parameters, {args.layers}+"
           f"{args.layers} layers, width {args.units}, beam {args.beam}; "
           f"sentences/s, best of {args.rounds}")
     print(f"{'batch':>5} {'python':>9} {'python+XLA':>11} {'saved_model':>12}"
-          f" {'saved / python':>15} {'saved / XLA':>12}")
+          f" {'saved+XLA':>10} {'saved / python':>15} "
+          f"{'saved+XLA / python+XLA':>23}")
     for batch in [int(b) for b in args.batches.split(",")]:
         chunk = texts[:batch]
         python = best_rate(lambda: translate_texts(
@@ -85,11 +91,14 @@ def main():
             **decoding), batch, args.rounds)
         saved = best_rate(lambda: serve(sentences=tf.constant(chunk))[
             "translations"].numpy(), batch, args.rounds)
+        saved_xla = best_rate(lambda: serve_xla(sentences=tf.constant(
+            chunk))["translations"].numpy(), batch, args.rounds)
         same = [t.decode() for t in serve(sentences=tf.constant(chunk))[
             "translations"].numpy()] == translate_texts(
                 model, tokenizer, chunk, batch_size=batch, **decoding)
         print(f"{batch:5d} {python:9.1f} {xla:11.1f} {saved:12.1f} "
-              f"{saved / python:14.2f}x {saved / xla:11.2f}x"
+              f"{saved_xla:10.1f} {saved / python:14.2f}x "
+              f"{saved_xla / xla:22.2f}x"
               + ("" if same else "  (translations differ!)"))
 
 

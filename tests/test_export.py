@@ -323,3 +323,24 @@ def test_serving_flags_the_sources_it_truncated(exported):
     assert out["truncated"].numpy().tolist() == [False] * 7 + [True]
     attention = loaded.signatures["attention"](sentences=tf.constant(TEXTS))
     assert attention["truncated"].numpy().tolist() == [False] * 7 + [True]
+
+
+@pytest.mark.slow
+def test_an_xla_export_translates_as_the_python_xla_path(tiny, tmp_path):
+    """`jit_compile=True`: the SavedModel's search runs under XLA on sources
+    padded to max_source_length, and translates as
+    `translate_texts(jit_compile=True)` does."""
+    model, tokenizer = tiny
+    export_dir = tmp_path / "xla"
+    export.export_translator(model, tokenizer, export_dir, beam_size=BEAM,
+                             extra_length=EXTRA, jit_compile=True)
+    loaded = export.load_translator(export_dir)
+    out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
+    want = translate_texts(model, tokenizer, TEXTS, beam_size=BEAM,
+                           extra_length=EXTRA, jit_compile=True,
+                           batch_size=len(TEXTS))
+    assert [t.decode() for t in out["translations"].numpy()] == want
+    assert out["truncated"].numpy().tolist() == [False] * 7 + [True]
+    with pytest.raises(ValueError, match="`jit_compile`.*jit_compile='yes'"):
+        export.export_translator(model, tokenizer, tmp_path / "no",
+                                 jit_compile="yes")

@@ -73,10 +73,14 @@ class Translator(tf.Module):
             graph.
         max_source_length: int or None. See `tfattn.evaluation.
             decode_lengths`.
+        jit_compile: bool. Run `serving_default`'s search under XLA, with
+            sources padded to `max_source_length` (one compilation per
+            batch size, as `translate_texts(jit_compile=True)`).
     """
 
     def __init__(self, model, model_proto, beam_size=4, alpha=0.6,
-                 extra_length=50, max_source_length=None, name=None):
+                 extra_length=50, max_source_length=None, jit_compile=False,
+                 name=None):
         super().__init__(name=name)
         # Only the model's variables are saved, not the Keras object: saving
         # a tracked Keras 3 model also traces its default `serving_default`
@@ -95,6 +99,9 @@ class Translator(tf.Module):
         self._max_source_length, self._max_length = decode_lengths(
             model, extra_length, max_source_length
         )
+        self._jit_compile = jit_compile
+        search = tf.function(self._search, jit_compile=True)
+        self._compiled_search = search if jit_compile else self._search
         # Saved as (non-trainable) variables of the loaded object, so that a
         # client can read how the export decodes: `loaded.beam_size.numpy()`.
         settings = dict(
@@ -134,16 +141,19 @@ class Translator(tf.Module):
         'truncated': [B] bool}`."""
         source, truncated = encode_for_translation(
             self.tokenizer, _vector_of_strings(sentences),
-            self._max_source_length, return_truncated=True)
-        ids, scores = self.model.generate(
-            source, beam_size=self._beam_size, alpha=self._alpha,
-            max_length=self._max_length, extra_length=self._extra_length,
-        )
+            self._max_source_length, pad_to_length=self._jit_compile,
+            return_truncated=True)
+        ids, scores = self._compiled_search(source)
         return {
             "translations": self.tokenizer.detokenize(ids),
             "scores": tf.cast(scores, tf.float32),
             "truncated": truncated,
         }
+
+    def _search(self, source):
+        return self.model.generate(
+            source, beam_size=self._beam_size, alpha=self._alpha,
+            max_length=self._max_length, extra_length=self._extra_length)
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="sentences")
@@ -189,7 +199,7 @@ def _vector_of_strings(sentences):
 
 def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
                       extra_length=50, max_source_length=None,
-                      overwrite=False, keras_path=None):
+                      overwrite=False, keras_path=None, jit_compile=False):
     """Writes a string -> string SavedModel of `model`, atomically.
 
     The export is built in a temporary sibling directory (`.NAME.tmp-*`) and
@@ -217,6 +227,11 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
             model file instead of `export_dir/model.keras` (must end in
             `.keras`; written atomically, refused if it exists unless
             `overwrite`). Defaults to `None`.
+        jit_compile: bool. Compile `serving_default`'s search with XLA
+            (sources padded to `max_source_length`; the serving runtime
+            must have XLA, as TensorFlow's Python runtime does). Up to 2.5x
+            the throughput at small batches on a CPU (`bench/export.py`).
+            Defaults to `False`.
 
     Returns:
         str, the absolute `export_dir`.
@@ -227,9 +242,10 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
     """
     beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
     alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
-    if not isinstance(overwrite, bool):
-        raise invalid_argument("overwrite", "a Python bool", overwrite,
-                               _CONTEXT)
+    for flag, value in (("overwrite", overwrite),
+                        ("jit_compile", jit_compile)):
+        if not isinstance(value, bool):
+            raise invalid_argument(flag, "a Python bool", value, _CONTEXT)
     model_proto = model_proto_of(tokenizer)
     if not getattr(model, "built", False) or not hasattr(model, "generate"):
         raise invalid_argument(
@@ -245,7 +261,8 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
     # Validates the lengths before any file is written.
     translator = Translator(model, model_proto, beam_size=beam_size,
                             alpha=alpha, extra_length=extra_length,
-                            max_source_length=max_source_length)
+                            max_source_length=max_source_length,
+                            jit_compile=jit_compile)
     _refuse_existing(export_dir, overwrite)
     if keras_path is not None:
         _refuse_existing(keras_path, overwrite)
