@@ -37,10 +37,8 @@ def describe(error):
     if isinstance(error, tf.errors.OpError):
         # The op's message, without the graph and stack lines that follow.
         text = error.message.strip().split("\n\n")[0]
-    elif isinstance(error, OSError) and error.filename and (
-            str(error.filename) not in str(error)):
-        text = f"{error.filename}: {error.strerror or error}"
     elif isinstance(error, OSError) and error.filename and error.strerror:
+        # An OSError holds a filename only beside an errno and its strerror.
         text = f"{error.filename}: {error.strerror}"
     else:
         text = str(error) or type(error).__name__

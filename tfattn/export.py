@@ -100,8 +100,8 @@ class Translator(tf.Module):
             model, extra_length, max_source_length
         )
         self._jit_compile = jit_compile
-        search = tf.function(self._search, jit_compile=True)
-        self._compiled_search = search if jit_compile else self._search
+        self._compiled_search = (tf.function(self._search, jit_compile=True)
+                                 if jit_compile else self._search)
         # Saved as (non-trainable) variables of the loaded object, so that a
         # client can read how the export decodes: `loaded.beam_size.numpy()`.
         settings = dict(

@@ -235,8 +235,9 @@ class Transformer(keras.Model):
         [B, H, T, S]. They are the weights of this same forward pass.
         """
         source, target_in = _pair(inputs, "inputs")
-        source = self._check_ids("source", source)
-        target_in = self._check_ids("target_in", target_in)
+        # Shapes only: `encode` and `decode` check the values, once.
+        source = self._check_ids("source", source, values=False)
+        target_in = self._check_ids("target_in", target_in, values=False)
         _check_same_batch(source, target_in)
         encoded = self.encode(source, training=training,
                               return_attention_scores=return_attention_scores)
@@ -381,13 +382,13 @@ class Transformer(keras.Model):
     # ------------------------------------------------------------------
     # Checks and config.
 
-    def _check_ids(self, name, ids):
+    def _check_ids(self, name, ids, values=True):
         """Checks token ids at the model's door: int, [B, T], within the
-        positional table and 0 <= id < the vocabulary. Eagerly a ValueError
-        naming the argument and the offending id; in a graph (tf.function,
-        XLA, serving) in-graph assertions with the same message, so an id
-        out of range never reaches a gather. Returns `ids` (in a graph, one
-        that depends on the assertions)."""
+        positional table and (with `values`) 0 <= id < the vocabulary.
+        Eagerly a ValueError naming the argument and the offending id; in a
+        graph (tf.function, XLA, serving) in-graph assertions with the same
+        message, so an id out of range never reaches a gather. Returns `ids`
+        (in a graph, one that depends on the assertions)."""
         if not hasattr(ids, "dtype"):
             ids = ops.convert_to_tensor(ids)
         shape = validation.shape_of(ids)
@@ -404,6 +405,8 @@ class Transformer(keras.Model):
                 "positions (build the model with a larger max_length)",
                 f"<tensor of shape {shape}>", _CONTEXT,
             )
+        if not values:
+            return ids
         vocab = (self.source_vocab_size if name == "source"
                  else self.target_vocab_size or self.source_vocab_size)
         expected = f"token ids in [0, {vocab}) (the vocabulary)"
