@@ -199,6 +199,28 @@ def attention_params(attention):
     return params
 
 
+def random_keras_attention(query, value, rng, scale=0.3, **kwargs):
+    """A `keras.layers.MultiHeadAttention(**kwargs)` built on `query` and
+    `value`, its weights drawn from `rng` (normal, times `scale`)."""
+    theirs = keras.layers.MultiHeadAttention(**kwargs)
+    theirs(query, value)
+    for w in theirs.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * scale)
+    return theirs
+
+
+def assert_same_attention(theirs, ours, query, value, **call):
+    """Two attention layers give the same outputs (1e-5) and scores (1e-6)
+    for one call; returns tfattn's (outputs, scores) as arrays."""
+    want, want_scores = theirs(query, value, return_attention_scores=True,
+                               **call)
+    got, scores = ours(query, value, return_attention_scores=True, **call)
+    assert scores.shape == want_scores.shape
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    return np.asarray(got), np.asarray(scores)
+
+
 def load_keras_attention_weights(ours, theirs):
     """tfattn's paper projections from a Keras MultiHeadAttention's
     EinsumDense weights, written from Keras's layout: kernels (C, H, d) ->

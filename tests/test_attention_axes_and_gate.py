@@ -10,7 +10,9 @@ import tensorflow as tf
 
 import tfattn
 from tests.harness import assert_keras_file_round_trip
+from tests.harness import assert_same_attention
 from tests.harness import load_keras_attention_weights
+from tests.harness import random_keras_attention
 
 H = 2
 
@@ -22,25 +24,13 @@ def _pair(shape, seed=0, value_shape=None, **kwargs):
     query = rng.normal(size=shape).astype("float32")
     value = (query if value_shape is None else
              rng.normal(size=value_shape).astype("float32"))
-    theirs = keras.layers.MultiHeadAttention(num_heads=H, **kwargs)
-    theirs(query, value)
-    for w in theirs.weights:
-        w.assign(rng.normal(size=w.shape).astype("float32") * 0.4)
+    theirs = random_keras_attention(query, value, rng, scale=0.4,
+                                    num_heads=H, **kwargs)
     ours = tfattn.MultiHeadAttention(num_heads=H, **kwargs)
     ours(query, value)
     assert len(ours.weights) == len(theirs.weights)
     load_keras_attention_weights(ours, theirs)
     return theirs, ours, query, value
-
-
-def _assert_equal_calls(theirs, ours, query, value, **call):
-    want, want_scores = theirs(query, value, return_attention_scores=True,
-                               **call)
-    got, scores = ours(query, value, return_attention_scores=True, **call)
-    assert scores.shape == want_scores.shape
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
-    return np.asarray(got), np.asarray(scores)
 
 
 @pytest.mark.parametrize("shape, axes", [
@@ -53,7 +43,7 @@ def _assert_equal_calls(theirs, ours, query, value, **call):
 ])
 def test_attention_axes_as_keras(shape, axes):
     theirs, ours, query, value = _pair(shape, key_dim=3, attention_axes=axes)
-    got, _ = _assert_equal_calls(theirs, ours, query, value)
+    got, _ = assert_same_attention(theirs, ours, query, value)
     assert ours.compute_output_shape(query.shape, value.shape) == got.shape
     config = ours.get_config()
     assert config["attention_axes"] == (None if axes is None else tuple(axes))
@@ -76,7 +66,7 @@ def test_attention_axes_masks_as_keras(mask_shape):
     rng = np.random.default_rng(3)
     mask = rng.random(mask_shape) > 0.4
     mask[..., 0, 1, :, :] = False
-    _, scores = _assert_equal_calls(theirs, ours, query, value,
+    _, scores = assert_same_attention(theirs, ours, query, value,
                                     attention_mask=mask)
     assert np.all(scores[..., 0, 1, :, :] == 0.0)
 
@@ -88,7 +78,7 @@ def test_attention_axes_with_other_key_lengths_and_a_model():
     theirs, ours, query, value = _pair(
         (2, 3, 5, 8), value_shape=(2, 3, 7, 6), key_dim=4, value_dim=3,
         attention_axes=(2,), output_shape=5)
-    _assert_equal_calls(theirs, ours, query, value)
+    assert_same_attention(theirs, ours, query, value)
     q_in, v_in = keras.Input((3, 5, 8)), keras.Input((3, 7, 6))
     model = keras.Model([q_in, v_in], ours(q_in, v_in))
     want = np.asarray(theirs(query, value))
@@ -159,7 +149,7 @@ def test_use_gate_as_keras(kwargs):
                                        use_gate=True, **kwargs)
     mask = np.random.default_rng(2).random((2, 5, 6)) > 0.3
     mask[1, 2] = False
-    _assert_equal_calls(theirs, ours, query, value, attention_mask=mask)
+    assert_same_attention(theirs, ours, query, value, attention_mask=mask)
     assert ours.gate_dense.kernel.shape == (8, H * (kwargs.get("value_dim")
                                                     or kwargs["key_dim"]))
     plain = tfattn.MultiHeadAttention(num_heads=H, **kwargs)
@@ -180,7 +170,7 @@ def test_use_gate_as_keras(kwargs):
 def test_porting_carries_axes_gate_and_window(kwargs, shape):
     theirs, _, query, value = _pair(shape, seed=8, **kwargs)
     ours = tfattn.interop.from_keras(theirs)
-    _assert_equal_calls(theirs, ours, query, value)
+    assert_same_attention(theirs, ours, query, value)
     back = tfattn.interop.to_keras(ours)
     for a, b in zip(back.get_weights(), theirs.get_weights()):
         np.testing.assert_array_equal(a, b)

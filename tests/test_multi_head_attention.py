@@ -12,7 +12,9 @@ import tensorflow as tf
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import assert_same_attention
 from tests.harness import copy_to_keras_attention
+from tests.harness import random_keras_attention
 from tests.harness import load_keras_attention_weights as _load_keras_weights
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
@@ -569,20 +571,13 @@ def test_paper_takes_keras_projection_arguments(kwargs):
     value = rng.normal(size=(B, T + 2, 5)).astype("float32")
     mask = rng.random((B, T, T + 2)) > 0.3
     mask[1, 3] = False  # a query that sees nothing
-    theirs = keras.layers.MultiHeadAttention(num_heads=3, **kwargs)
-    theirs(query, value)
-    for w in theirs.weights:
-        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    theirs = random_keras_attention(query, value, rng, num_heads=3, **kwargs)
     ours = tfattn.MultiHeadAttention(num_heads=3, **kwargs)
     ours(query, value)
     assert len(ours.weights) == len(theirs.weights)
     _load_keras_weights(ours, theirs)
-    want, want_scores = theirs(query, value, attention_mask=mask,
-                               return_attention_scores=True)
-    got, scores = ours(query, value, attention_mask=mask,
-                       return_attention_scores=True)
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    got, _ = assert_same_attention(theirs, ours, query, value,
+                                   attention_mask=mask)
     assert ours.compute_output_shape(query.shape, value.shape) == got.shape
     config = ours.get_config()
     for name in ("key_dim", "value_dim", "use_bias"):
@@ -667,17 +662,9 @@ def test_from_keras_and_back(kwargs):
     value = rng.normal(size=(B, T + 1, 5)).astype("float32")
     mask = rng.random((B, T, T + 1)) > 0.3
     mask[0, 1] = False
-    theirs = keras.layers.MultiHeadAttention(num_heads=3, **kwargs)
-    theirs(query, value)
-    for w in theirs.weights:
-        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    theirs = random_keras_attention(query, value, rng, num_heads=3, **kwargs)
     ours = tfattn.interop.from_keras(theirs)
-    want, want_scores = theirs(query, value, attention_mask=mask,
-                               return_attention_scores=True)
-    got, scores = ours(query, value, attention_mask=mask,
-                       return_attention_scores=True)
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    assert_same_attention(theirs, ours, query, value, attention_mask=mask)
     back = tfattn.interop.to_keras(ours)
     assert [w.shape for w in back.weights] == [w.shape for w in theirs.weights]
     for a, b in zip(back.get_weights(), theirs.get_weights()):
