@@ -62,6 +62,39 @@ def test_per_token_loss_equals_explicit_smoothed_targets():
     np.testing.assert_allclose(per_token, -np.sum(y_s * log_sm, -1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_gradient_matches_numpy(epsilon, jit_compile):
+    """The written-out gradient: (softmax(z) - y_s) · counted / count.
+
+    Pad targets with an id outside [0, V), per-sequence weights and a
+    dynamic vocabulary size under XLA are in the batch.
+    """
+    labels, logits = _data(3)
+    labels[labels == 0] = -100
+    weights = np.array([1.0, 0.5, 2.0], "float32")
+    spec = tf.TensorSpec((None, None, None), tf.float32)
+
+    @tf.function(jit_compile=jit_compile, reduce_retracing=True)
+    def gradient(labels, logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            total, count = smoothed_cross_entropy_sum(
+                labels, logits, epsilon=epsilon, pad_id=-100, weights=weights)
+            loss = total / count
+        return tape.gradient(loss, logits)
+
+    got = gradient.get_concrete_function(tf.TensorSpec((None, None), tf.int32), spec)(
+        tf.constant(labels), tf.constant(logits))
+    z = logits.astype("float64")
+    softmax = np.exp(z - z.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    counted = (labels != -100) * weights[:, None]
+    y_s = ref.label_smoothing(np.eye(V)[np.clip(labels, 0, None)], epsilon)
+    want = (softmax - y_s) * counted[..., None] / counted.sum()
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+
+
 def test_implied_smoothed_targets_match_spec_golden_values():
     """∂CE/∂z = softmax(z) - y_s, so y_s is read back from the gradient."""
     vocab = 32000

@@ -10,8 +10,9 @@ over the **full** vocabulary, specials included (REFERENCE_SPEC §1.6, §2.7):
        = logsumexp(z) - (1 - ε)·z[label] - ε·mean_v(z)
 
 The closed form on the right is what is computed: it needs one logsumexp,
-one gather and one mean over V, so no [B, T, V] one-hot (or smoothed-target)
-tensor is ever built. Everything runs in float32, whatever the logits' dtype
+one gather and one mean over V, so the forward pass builds no [B, T, V]
+one-hot (or smoothed-target) tensor; the gradient, softmax(z) - y_s, is
+written out rather than differentiated through the gather. Everything runs in float32, whatever the logits' dtype
 (float16 and bfloat16 logits are cast first), so the loss stays finite and
 accurate under mixed precision.
 
@@ -108,14 +109,41 @@ def _per_token(labels, logits, epsilon, pad_id):
     keep = ops.ones_like(labels, "bool") if pad_id is None else labels != pad_id
     # Pad targets may hold ids outside [0, V) (e.g. -100): read class 0.
     safe = ops.where(keep, labels, ops.zeros_like(labels))
-    label_logit = ops.squeeze(
-        ops.take_along_axis(logits, ops.expand_dims(safe, -1), axis=-1), -1
-    )
-    log_z = ops.logsumexp(logits, axis=-1)
-    ce = log_z - (1.0 - epsilon) * label_logit
-    if epsilon:
-        ce = ce - epsilon * ops.mean(logits, axis=-1)
+    ce = _smoothed_cross_entropy(logits, safe, epsilon)
     return ce, ops.cast(keep, "float32")
+
+
+def _smoothed_cross_entropy(logits, labels, epsilon):
+    """CE [...] of float32 logits [..., V] against int32 labels [...].
+
+    The gradient is written out, dCE/dz = softmax(z) - y_s, so the backward
+    pass is two elementwise passes over [..., V]: differentiating the
+    label gather instead scatters into a dense [..., V] zero tensor
+    (UnsortedSegmentSum), which cost about 3x this whole loss's time on CPU
+    (issue 16).
+    """
+    vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
+    off_value = epsilon / tf.cast(vocab_size, tf.float32)
+    on_value = 1.0 - epsilon + off_value
+
+    @tf.custom_gradient
+    def loss_and_gradient(logits):
+        log_z = tf.reduce_logsumexp(logits, axis=-1)
+        label_logit = tf.gather(logits, labels, batch_dims=labels.shape.rank)
+        ce = log_z - (1.0 - epsilon) * label_logit
+        if epsilon:
+            ce = ce - epsilon * tf.reduce_mean(logits, axis=-1)
+
+        def gradient(upstream):
+            smoothed = tf.one_hot(
+                labels, vocab_size, on_value=on_value, off_value=off_value
+            )
+            softmax = tf.exp(logits - log_z[..., None])
+            return upstream[..., None] * (softmax - smoothed)
+
+        return ce, gradient
+
+    return loss_and_gradient(logits)
 
 
 def _apply_weights(keep, weights):
