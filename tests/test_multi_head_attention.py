@@ -779,24 +779,3 @@ def test_sliding_window_as_keras(window, causal):
 def test_bad_sliding_window(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.MultiHeadAttention(num_heads=H, **kwargs)
-
-
-@pytest.mark.parametrize("flavor,kwargs", [
-    ("paper", {}),
-    ("paper", {"key_dim": 3, "value_dim": 5}),
-    ("paper", {"use_bias": False, "causality": True}),
-    ("reference_2017", {}),
-    ("reference_2019", {"causality": True}),
-])
-def test_self_attention_in_one_matmul_equals_three_dense_calls(flavor, kwargs):
-    """Self-attention projects Q, K, V with one matmul (issue 16); keys given
-    as another tensor take the three Dense layers. Outputs and gradients agree."""
-    x = tf.constant(_inputs(3))
-    layer = _built(flavor, x, **kwargs)
-    with tf.GradientTape(persistent=True) as tape:
-        fused = layer(x)
-        separate = layer(x, tf.identity(x))
-    np.testing.assert_allclose(np.asarray(fused), np.asarray(separate), atol=1e-6)
-    for a, b in zip(tape.gradient(fused, layer.trainable_variables),
-                    tape.gradient(separate, layer.trainable_variables)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)

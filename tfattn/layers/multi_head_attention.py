@@ -341,12 +341,9 @@ class MultiHeadAttention(keras.layers.Layer):
             query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
             key, value, key_keep = cache["key"], cache["value"], cache["keep"]
         else:
-            if queries is keys and keys is values:
-                query, key, value = self._project_self_attention(queries)
-            else:
-                query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
-                key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
-                value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
+            query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
+            key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
+            value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
             key_keep = self._key_keep(keys, values, key_masks, padding_mask)
             if cache is not None:
                 cache = arguments.write_cache(cache, cache_index, key, value, key_keep)
@@ -413,42 +410,6 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             results += (cache,)
         return results[0] if len(results) == 1 else results
-
-    def _project_self_attention(self, x):
-        """Q, K, V [B, H, T, d] of self-attention from one matmul.
-
-        x [B, T, C] meets the three Dense layers' kernels side by side,
-        [C, 2·units + value_units]: the same weights and the same result as
-        calling `query_dense`, `key_dense` and `value_dense` (tested), in
-        one matmul and one head transpose instead of three of each, which
-        is what a one-token decoding step, made of small matmuls, needs
-        (issue 16). Quantized Dense layers, and Dense layers given dtype
-        policies of their own (a DTypePolicyMap), keep their own calls.
-        """
-        denses = (self.query_dense, self.key_dense, self.value_dense)
-        if any(dense.quantization_mode
-               or dense.compute_dtype != self.compute_dtype
-               or dense.variable_dtype != self.variable_dtype
-               for dense in denses):
-            return tuple(attention_ops.split_heads(dense(x), self.num_heads)
-                         for dense in denses)
-        projected = ops.matmul(
-            x, ops.concatenate([dense.kernel for dense in denses], axis=-1))
-        if self.use_bias:
-            projected = projected + ops.concatenate(
-                [dense.bias for dense in denses], axis=-1)
-        if self.query_dense.activation is not keras.activations.linear:
-            projected = self.query_dense.activation(projected)
-        if self.units != self.value_units:
-            query, key, value = ops.split(
-                projected, [self.units, 2 * self.units], axis=-1)
-            return tuple(attention_ops.split_heads(part, self.num_heads)
-                         for part in (query, key, value))
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        heads = ops.reshape(projected, (batch, length, 3, self.num_heads,
-                                        self.units // self.num_heads))
-        heads = ops.transpose(heads, (2, 0, 3, 1, 4))  # [3, B, H, T, d]
-        return heads[0], heads[1], heads[2]
 
     def _key_keep(self, keys, values, key_masks, padding_mask):
         """The keys' keep-mask [B, T_k] (True = real key), or None."""
