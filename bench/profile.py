@@ -27,7 +27,6 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
@@ -54,7 +53,7 @@ def op_table(logdir, steps):
                 op, op_type = name.rsplit(":", 1)
                 ms = event.duration_ps / 1e9 / steps
                 by_type[op_type] += ms
-                by_name[re.sub(r"_\d+(?=/|$)", "", op)] += ms
+                by_name[re.sub(r"_\d+(?=/|$)", "_N", op)] += ms
     return by_type, by_name
 
 

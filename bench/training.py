@@ -10,10 +10,20 @@ process; the best round of each is reported, in target tokens per second.
 
     python bench/training.py                         # float32, batch 64 x 32
     python bench/training.py --policies float32,mixed_bfloat16 --jit
+    python bench/training.py --tfattn_policy same    # both in --policies
+
+`--tfattn_policy` (default `auto`) gives tfattn the dtype policy that
+`train.py --mixed_precision=auto` picks for this model on this machine
+(`tfattn.precision.choose`, printed with its reason) while keras-hub keeps
+`--policies`: the speed a user of each gets without choosing. `same` runs
+tfattn in keras-hub's policy, the like-for-like comparison.
 """
+
+import dataclasses
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -77,12 +87,30 @@ def batches(args, count):
     return out
 
 
+def auto_policy(args):
+    """(policy, reason) that `train.py --mixed_precision=auto` takes here."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from hparams import base
+
+    from tfattn import precision
+
+    hp = dataclasses.replace(
+        base.HPARAMS, num_layers=args.layers, num_units=args.units,
+        num_heads=args.heads, ffn_units=4 * args.units, vocab_size=args.vocab,
+        max_length=args.length, max_train_length=args.length,
+        share_embeddings=False, tie_output=False, batch_size=args.batch,
+        tokens_per_batch=None)
+    policy, reason = precision.choose(hp)
+    return policy or "float32", reason
+
+
 def run(args, policy):
-    keras.config.set_dtype_policy(policy)
     data = batches(args, args.steps)
     steps = {}
     params = {}
     for name, build in (("tfattn", tfattn_model), ("keras-hub", keras_hub_model)):
+        keras.config.set_dtype_policy(
+            args.tfattn_policy if name == "tfattn" and args.tfattn_policy else policy)
         model = build(args)
         model(data[0][0])
         params[name] = model.count_params()
@@ -112,14 +140,24 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", default="float32")
+    parser.add_argument("--tfattn_policy", default="auto",
+                        help="tfattn's dtype policy: auto (train.py's "
+                        "choice here), same (keras-hub's) or a policy name")
     parser.add_argument("--jit", action="store_true")
     args = parser.parse_args()
     print(f"batch {args.batch} x {args.length}, {args.layers}+{args.layers} layers, width "
           f"{args.units}, vocab {args.vocab}; XLA {args.jit}; best of {args.rounds} "
           f"rounds x {args.steps} steps")
+    if args.tfattn_policy == "same":
+        args.tfattn_policy = None
+    elif args.tfattn_policy == "auto":
+        args.tfattn_policy, reason = auto_policy(args)
+        print(f"tfattn policy: {args.tfattn_policy} (auto: {reason})")
     for policy in args.policies.split(","):
         speed, params = run(args, policy)
-        print(f"{policy:15} tfattn {speed['tfattn']:7.0f} tok/s ({params['tfattn'] / 1e6:.1f}M)"
+        label = (policy if args.tfattn_policy in (None, policy)
+                 else f"{args.tfattn_policy} vs {policy}")
+        print(f"{label:15} tfattn {speed['tfattn']:7.0f} tok/s ({params['tfattn'] / 1e6:.1f}M)"
               f"  keras-hub {speed['keras-hub']:7.0f} tok/s ({params['keras-hub'] / 1e6:.1f}M)"
               f"  ratio {speed['tfattn'] / speed['keras-hub']:.2f}")
 
