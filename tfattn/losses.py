@@ -12,9 +12,9 @@ over the **full** vocabulary, specials included (REFERENCE_SPEC §1.6, §2.7):
 The closed form on the right is what is computed: it needs one logsumexp,
 one gather and one mean over V, so the forward pass builds no [B, T, V]
 one-hot (or smoothed-target) tensor; the gradient, softmax(z) - y_s, is
-written out rather than differentiated through the gather. Everything runs in float32, whatever the logits' dtype
-(float16 and bfloat16 logits are cast first), so the loss stays finite and
-accurate under mixed precision.
+written out rather than differentiated through the gather. Everything runs
+in float32, whatever the logits' dtype (float16 and bfloat16 logits are
+cast first), so the loss stays finite and accurate under mixed precision.
 
 The mean is taken over the non-padding targets only (§1.7, §2.9):
 loss = Σ CE · [label != pad_id] / (Σ [label != pad_id] + denominator_epsilon).
