@@ -139,16 +139,34 @@ class Translator(tf.Module):
     def translate(self, sentences):
         """`[B]` strings -> `{'translations': [B] strings, 'scores': [B],
         'truncated': [B] bool}`."""
-        source, truncated = encode_for_translation(
-            self.tokenizer, _vector_of_strings(sentences),
-            self._max_source_length, pad_to_length=self._jit_compile,
-            return_truncated=True)
-        ids, scores = self._compiled_search(source)
+        if self._jit_compile:
+            source, truncated = encode_for_translation(
+                self.tokenizer, _vector_of_strings(sentences),
+                self._max_source_length, pad_to_length=True,
+                return_truncated=True)
+            ids, scores = self._compiled_search(source)
+        else:
+            _, truncated, ids, scores = self._decode(sentences)
         return {
             "translations": self.tokenizer.detokenize(ids),
             "scores": tf.cast(scores, tf.float32),
             "truncated": truncated,
         }
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="sentences")
+    ])
+    def _decode(self, sentences):
+        """(source ids, truncated, output ids, scores) of `[B]` strings.
+
+        One trace of the beam search, called by both signatures: tracing
+        it once per signature doubled the export's time.
+        """
+        source, truncated = encode_for_translation(
+            self.tokenizer, _vector_of_strings(sentences),
+            self._max_source_length, return_truncated=True)
+        ids, scores = self._search(source)
+        return source, truncated, ids, scores
 
     def _search(self, source):
         return self.model.generate(
@@ -164,13 +182,7 @@ class Translator(tf.Module):
         `target_tokens` [B, T] (pieces; "" past a row's end), and
         `encoder` [layers, B, H, S, S], `decoder` [layers, B, H, T, T],
         `cross` [layers, B, H, T, S] (float32), and `truncated` [B]."""
-        source, truncated = encode_for_translation(
-            self.tokenizer, _vector_of_strings(sentences),
-            self._max_source_length, return_truncated=True)
-        ids, _ = self.model.generate(
-            source, beam_size=self._beam_size, alpha=self._alpha,
-            max_length=self._max_length, extra_length=self._extra_length,
-        )
+        source, truncated, ids, _ = self._decode(sentences)
         # The decoder reads BOS then the output: its query t emitted ids[t].
         target_in = tf.concat(
             [tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids[:, :-1]], axis=1)
