@@ -165,7 +165,7 @@ def test_translate_texts_partial_last_batch(tiny):
     assert all(isinstance(t, str) for t in batched)
     assert batched == full
     # One trace serves every batch shape of these calls.
-    fn = translate._generate_fn(model, 2, 0.6, EXTRA, 32, False)
+    fn = translate.generate_fn(model, 2, 0.6, EXTRA, 32, False)
     assert fn.experimental_get_tracing_count() == 1
     assert translate.translate_texts(model, tokenizer, []) == []
 

@@ -126,8 +126,12 @@ def model_proto_of(tokenizer):
 _GENERATE_FNS = weakref.WeakKeyDictionary()
 
 
-def _generate_fn(model, beam_size, alpha, extra_length, max_length,
-                 jit_compile):
+def generate_fn(model, beam_size, alpha, extra_length, max_length,
+                jit_compile):
+    """`model.generate` with these settings as a `tf.function` of the
+    source ids [B, S], traced once per model and settings and cached (weakly)
+    for every caller: a beam search run eagerly steps op by op, several
+    times slower."""
     key = (beam_size, alpha, extra_length, max_length, jit_compile)
     per_model = _GENERATE_FNS.setdefault(model, {})
     if key not in per_model:
@@ -217,8 +221,8 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
     # `keras.utils.set_random_seed`) clears, so a tokenizer made before a
     # reseed fails with "Resource ... SentencepieceOp ... does not exist".
     tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
-    generate = _generate_fn(model, beam_size, alpha, int(extra_length),
-                            max_length, jit_compile)
+    generate = generate_fn(model, beam_size, alpha, int(extra_length),
+                           max_length, jit_compile)
     rows = min(batch_size, len(texts))
     outputs = []
     for start in range(0, len(texts), rows):

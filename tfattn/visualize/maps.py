@@ -16,6 +16,7 @@ from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import SubwordTokenizer
 from tfattn.translate import decode_lengths
 from tfattn.translate import encode_for_translation
+from tfattn.translate import generate_fn
 from tfattn.translate import model_proto_of
 from tfattn.validation import invalid_argument
 from tfattn.visualize.plot import plot_attention
@@ -64,8 +65,8 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
     max_source_length, max_length = decode_lengths(model, extra_length)
     source = encode_for_translation(tokenizer, tf.constant([text]),
                                     max_source_length)
-    ids, _ = model.generate(source, beam_size=beam_size, alpha=alpha,
-                            max_length=max_length, extra_length=extra_length)
+    ids, _ = generate_fn(model, beam_size, alpha, extra_length, max_length,
+                         jit_compile=False)(source)
     output = [int(i) for i in np.asarray(ids)[0] if i != 0]
     if EOS_ID in output:
         output = output[:output.index(EOS_ID) + 1]
