@@ -308,6 +308,12 @@ def main(argv):
     except Exception as error:  # noqa: BLE001 (the boundary)
         if FLAGS.debug or FLAGS.verbosity >= 1:
             raise
+        if isinstance(error, (tensorflow.errors.ResourceExhaustedError,
+                              MemoryError)):
+            # Outside the modes' own guards (`commands`): say it plainly.
+            error = errors.out_of_memory(
+                error, f"running --mode={FLAGS.mode}", "lower the hparams' "
+                "tokens_per_batch or max_train_length, or free memory")
         if isinstance(error, errors.UsageError):
             _fail(error, 2)
         if isinstance(error, errors.EXPECTED + (

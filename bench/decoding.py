@@ -30,6 +30,8 @@ import argparse
 import os
 import time
 
+import _repo  # noqa: F401  (puts the repository root on sys.path)
+
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -23,8 +23,9 @@ import dataclasses
 
 import argparse
 import os
-import sys
 import time
+
+import _repo  # noqa: F401  (puts the repository root on sys.path)
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -89,7 +90,6 @@ def batches(args, count):
 
 def auto_policy(args):
     """(policy, reason) that `train.py --mixed_precision=auto` takes here."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from hparams import base
 
     from tfattn import precision
@@ -100,8 +100,8 @@ def auto_policy(args):
         max_length=args.length, max_train_length=args.length,
         share_embeddings=False, tie_output=False, batch_size=args.batch,
         tokens_per_batch=None)
-    policy, reason = precision.choose(hp)
-    return policy or "float32", reason
+    choice = precision.choose(hp, args.vocab, args.length)
+    return choice.name, choice.reason
 
 
 def run(args, policy):

@@ -205,6 +205,17 @@ def test_drop_remainder_and_static_shapes(dataset, tokenizer):
     assert batches and all(b[0].shape == (8, 16) for b in batches)
 
 
+def test_a_token_budget_padded_to_max_length_keeps_its_budget(dataset,
+                                                              tokenizer):
+    """Padded to max_length, every bucket fills the budget with rows of
+    max_length: short pairs must not make a batch of budget // 7 rows."""
+    ds = make_batches(dataset, tokenizer, max_length=16, tokens_per_batch=64,
+                      pad_to_max_length=True, drop_remainder=True)
+    assert ds.element_spec[0]["source"].shape.as_list() == [4, 16]
+    batches = _batches(ds)
+    assert batches and all(b[0].shape == (4, 16) for b in batches)
+
+
 def test_without_bucketing_keeps_order(dataset, tokenizer):
     ds = make_batches(dataset, tokenizer, batch_size=5, bucket_by_length=False)
     first = next(iter(ds))[0]["source"]

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras.src import backend as keras_backend
 
 import tfattn
 from tests import reference_numpy as ref
@@ -515,6 +516,128 @@ def test_paper_fully_masked_query_gets_zero_weights_as_keras(policy, chunk):
         ref = _built(flavor, x, query_chunk_size=chunk)
         _, w = ref(x, attention_mask=attend, return_attention_scores=True)
         np.testing.assert_allclose(np.asarray(w)[1, :, 2], 1.0 / T, atol=1e-7)
+
+
+def _with_keras_mask(x, keep):
+    """A fresh tensor of `x` carrying `keep` as its Keras implicit mask
+    (Keras's layer clears the masks of the tensors it is given)."""
+    tensor = tf.identity(x)
+    keras_backend.set_keras_mask(tensor, tf.constant(keep))
+    return tensor
+
+
+def _keras_and_ours(query, value, rng, **kwargs):
+    """A random Keras MultiHeadAttention and a paper-flavour tfattn layer
+    holding its weights."""
+    theirs = random_keras_attention(query, value, rng, num_heads=H,
+                                    key_dim=C // H, **kwargs)
+    ours = tfattn.MultiHeadAttention(num_heads=H, key_dim=C // H)
+    ours(query, value)
+    _load_keras_weights(ours, theirs)
+    return theirs, ours
+
+
+def _keras_uniform_output(theirs, value):
+    """NumPy, from Keras's formulas: the output of a query that weighs all
+    T_k keys 1/T_k, the output projection of the mean projected value."""
+    wv, bv = theirs._value_dense.kernel.numpy(), theirs._value_dense.bias.numpy()
+    wo, bo = theirs._output_dense.kernel.numpy(), theirs._output_dense.bias.numpy()
+    values = np.einsum("bsc,chd->bshd", value, wv) + bv  # [B, T_k, H, d]
+    return np.einsum("bhd,hdo->bo", values.mean(axis=1), wo) + bo  # [B, O]
+
+
+@pytest.mark.parametrize("cross", [False, True])
+@pytest.mark.parametrize("masks", ["implicit", "attention_mask"])
+def test_paper_matches_keras_default_call_at_valid_positions(cross, masks):
+    """Keras's default call (no scores asked, no dropout: its fused
+    `ops.dot_product_attention` path), with padded queries and keys as
+    Keras implicit masks or as the equivalent `attention_mask`: tfattn's
+    outputs equal it at every valid query position. At the padded queries
+    Keras's fused path gives uniform weights and tfattn the bias (the
+    next test), which shows this is the path compared."""
+    rng = np.random.default_rng(11)
+    length = T + 2 if cross else T
+    query = rng.normal(size=(B, T, C)).astype("float32")
+    value = (rng.normal(size=(B, length, C)).astype("float32") if cross
+             else query)
+    query_keep = np.ones((B, T), bool)
+    query_keep[0, 3:] = False
+    key_keep = np.ones((B, length), bool)
+    if cross:
+        key_keep[0, -3:] = False
+        key_keep[1, -1:] = False
+    else:
+        key_keep = query_keep
+    theirs, ours = _keras_and_ours(query, value, rng)
+    if masks == "implicit":
+        want = theirs(_with_keras_mask(query, query_keep),
+                      _with_keras_mask(value, key_keep))
+        got = ours(_with_keras_mask(query, query_keep),
+                   _with_keras_mask(value, key_keep))
+    else:
+        attend = query_keep[:, :, None] & key_keep[:, None, :]
+        want = theirs(query, value, attention_mask=attend)
+        got = ours(query, value, attention_mask=attend)
+    got, want = np.asarray(got), np.asarray(want)
+    np.testing.assert_allclose(got[query_keep], want[query_keep], atol=1e-5,
+                               rtol=0)
+    # Keras took its fused path: the padded queries are not the bias there.
+    bias = theirs._output_dense.bias.numpy()
+    assert np.abs(want[~query_keep] - bias).max() > 1e-3
+    np.testing.assert_allclose(got[~query_keep],
+                               np.broadcast_to(bias, got[~query_keep].shape),
+                               atol=1e-6)
+    # The key masks must matter at the valid positions.
+    unmasked = np.asarray(ours(query, value))
+    assert np.abs(unmasked[query_keep] - got[query_keep]).max() > 1e-3
+
+
+@pytest.mark.parametrize("masks", ["implicit", "attention_mask"])
+def test_fully_masked_query_keras_default_uniform_tfattn_bias(masks):
+    """Where tfattn is not equal to Keras's default call: a query whose keys
+    are all masked (a padded query under implicit masks, or an all-False
+    row of `attention_mask`). Keras 3.15's fused default path gives it
+    uniform weights 1/T_k over all T_k keys (output: the projected mean
+    value, checked against NumPy); its explicit path (scores asked, or
+    dropout > 0) and tfattn, always, give it zero weights (output: the
+    output projection's bias)."""
+    rng = np.random.default_rng(12)
+    length = T + 1
+    query = rng.normal(size=(B, T, C)).astype("float32")
+    value = rng.normal(size=(B, length, C)).astype("float32")
+    theirs, ours = _keras_and_ours(query, value, rng)
+    dropped = random_keras_attention(query, value, rng, num_heads=H,
+                                     key_dim=C // H, dropout=0.5)
+    dropped.set_weights(theirs.get_weights())
+    query_keep = np.ones((B, T), bool)
+    query_keep[1, 2] = False  # query 2 of row 1: padding, or sees no key
+    attend = rng.random((B, T, length)) > 0.3
+    attend[..., 0] = True
+    attend[1, 2] = False
+
+    def call(layer, **kwargs):
+        if masks == "implicit":
+            return layer(_with_keras_mask(query, query_keep), value, **kwargs)
+        return layer(query, value, attention_mask=attend, **kwargs)
+
+    bias = theirs._output_dense.bias.numpy()
+    default = np.asarray(call(theirs))
+    np.testing.assert_allclose(default[1, 2],
+                               _keras_uniform_output(theirs, value)[1],
+                               atol=1e-5, rtol=0)
+    assert np.abs(default[1, 2] - bias).max() > 1e-3
+    scored, scores = call(theirs, return_attention_scores=True)
+    np.testing.assert_allclose(np.asarray(scored)[1, 2], bias, atol=1e-6)
+    assert np.all(np.asarray(scores)[1, :, 2] == 0.0)
+    np.testing.assert_allclose(
+        np.asarray(call(dropped, training=False))[1, 2], bias, atol=1e-6)
+    got, weights = call(ours, return_attention_scores=True)
+    got = np.asarray(got)
+    np.testing.assert_allclose(got[1, 2], bias, atol=1e-6)
+    assert np.all(np.asarray(weights)[1, :, 2] == 0.0)
+    np.testing.assert_allclose(got, np.asarray(scored), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got[query_keep], default[query_keep],
+                               atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("shape", [(T, T), (1, T, T), (B, T, T), (1, 1, T, T),

@@ -132,7 +132,7 @@ def test_main_exits_non_zero_on_a_non_finite_loss(tmp_path, monkeypatch):
     def explode(*args, **kwargs):
         raise training.NonFiniteLossError(7, "loss", "/run/ckpt-6")
 
-    monkeypatch.setattr(training, "train", explode)
+    monkeypatch.setattr(training, "train_prepared", explode)
     parse(f"--model_dir={tmp_path}", "--hparams=tiny")
     with pytest.raises(SystemExit) as exit_info:
         train.main(["train.py"])
@@ -143,20 +143,26 @@ def test_main_exits_non_zero_on_a_non_finite_loss(tmp_path, monkeypatch):
 def test_main_passes_the_flags_to_train(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_train(hp, spec, model_dir, **kwargs):
-        seen.update(kwargs, hp=hp, spec=spec, model_dir=model_dir)
+    def fake_train(prepared, **kwargs):
+        seen.update(kwargs, prepared=prepared)
         raise training.NonFiniteLossError(1, "loss", None)
 
-    monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setattr(training, "train_prepared", fake_train)
     parse(f"--model_dir={tmp_path}", "--hparams=tiny", FAST,
           "--train_steps=9", "--mixed_precision=mixed_bfloat16",
           "--jit_compile", "--seed=3", "--progress_bar=false")
     with pytest.raises(SystemExit):
         train.main(["train.py"])
-    assert seen["hp"].num_layers == 1 and seen["spec"].kind == "numbers"
-    assert (seen["steps"], seen["epochs"], seen["mixed_precision"],
-            seen["jit_compile"], seen["seed"], seen["verbose"]) == (
+    prepared = seen["prepared"]
+    hp = prepared.hparams
+    assert hp.num_layers == 1 and prepared.dataset.kind == "numbers"
+    assert prepared.model_dir == str(tmp_path)
+    assert (hp.train_steps, hp.train_epochs, prepared.precision.policy,
+            seen["jit_compile"], prepared.seed, seen["verbose"]) == (
         9, None, "mixed_bfloat16", True, 3, 0)
+    # XLA pads batches to max_train_length: the memory estimate says so.
+    assert prepared.static_shapes
+    assert prepared.memory.length == hp.max_train_length
 
 
 @pytest.mark.slow
@@ -336,7 +342,7 @@ def test_main_exits_143_when_preempted(tmp_path, monkeypatch):
     def preempted(*args, **kwargs):
         raise training.TrainingPreempted(12, "/run/ckpt-12")
 
-    monkeypatch.setattr(training, "train", preempted)
+    monkeypatch.setattr(training, "train_prepared", preempted)
     parse(f"--model_dir={tmp_path}", "--hparams=tiny")
     with pytest.raises(SystemExit) as exit_info:
         train.main(["train.py"])

@@ -7,11 +7,17 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 from absl import flags
 
 import train
 from tests.test_train_cli import REPO
 from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
+from tfattn import checkpoints
+from tfattn import evaluation
+from tfattn import export
+from tfattn import losses
+from tfattn import run_dir
 from tfattn import training
 
 FLAGS = flags.FLAGS
@@ -21,10 +27,12 @@ def _main(*args):
     """train.main with these flags; returns (status, the one error line)."""
     FLAGS.unparse_flags()
     FLAGS(["train.py", "--samples=0", "--progress_bar=false", *args])
-    with pytest.raises(SystemExit) as exit_info:
+    try:
         train.main(["train.py"])
-    code = exit_info.value.code
-    return (1, code) if isinstance(code, str) else (code, None)
+    except SystemExit as exit_:
+        code = exit_.code
+        return (1, code) if isinstance(code, str) else (code, None)
+    return 0, None
 
 
 def _corpus(prefix, source, target):
@@ -113,7 +121,8 @@ def test_hparams_that_cannot_fit_in_memory_are_refused(tmp_path):
     status, line = _main("--hparams=tiny", f"--model_dir={model_dir}",
                          "--hparams_overrides=num_layers=1000000000")
     assert status == 1
-    assert "These hparams need at least" in line and "GiB to train" in line
+    assert line.startswith("Error: Training these hparams needs about ")
+    assert "GiB" in line and "Lower tokens_per_batch" in line
     assert not model_dir.exists()
 
 
@@ -153,7 +162,7 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("something internal")
 
-    monkeypatch.setattr(training, "train", broken)
+    monkeypatch.setattr(training, "train_prepared", broken)
     status, line = _main("--hparams=tiny", f"--model_dir={tmp_path}")
     assert status == 1
     assert line == ("Error: unexpected RuntimeError: something internal "
@@ -177,3 +186,71 @@ def test_a_bad_flag_prints_one_line_not_the_help(tmp_path):
         "<train|eval|export|all> (python train.py --helpfull lists the "
         "flags)"]
     assert not (tmp_path / "run").exists()
+
+
+def _oversized_from_the_second_step(loss):
+    """`loss` whose graph, from its second run on, allocates a 4 TiB
+    tensor: a real out-of-memory error from inside the training step."""
+    runs = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def wasteful(*args, **kwargs):
+        total, count = loss(*args, **kwargs)
+        runs.assign_add(1)
+        size = tf.where(runs > 1, tf.constant(2**40, tf.int64),
+                        tf.constant(1, tf.int64))
+        waste = tf.reduce_sum(tf.zeros(tf.reshape(size, [1]), total.dtype))
+        return total + 0.0 * waste, count
+
+    return wasteful
+
+
+@pytest.mark.slow
+def test_out_of_memory_is_one_line_and_keeps_the_last_checkpoint(
+        tmp_path, monkeypatch):
+    model_dir = tmp_path / "run"
+    tiny = ("--hparams=tiny", f"--model_dir={model_dir}",
+            "--hparams_overrides=num_layers=1,checkpoint_every_steps=2")
+    status, _ = _main(*tiny, "--train_steps=4")
+    assert status == 0
+    loss = losses.smoothed_cross_entropy_sum
+    monkeypatch.setattr(losses, "smoothed_cross_entropy_sum",
+                        _oversized_from_the_second_step(loss))
+    status, line = _main(*tiny, "--train_steps=8")
+    assert status == 1 and "\n" not in line
+    assert line.startswith(
+        "Error: out of memory while training (a tensor of shape "
+        "[1099511627776] did not fit): lower batch_size (now 64), e.g. "
+        "--hparams_overrides=batch_size=32, or max_train_length (now ")
+    assert "run the same command again (it resumes from ckpt-4, which is " \
+        "kept)" in line
+    # Step 5 ran, step 6 did not fit: nothing was saved after ckpt-4, which
+    # still restores whole.
+    assert checkpoints.step_of(checkpoints.latest(str(model_dir))) == 4
+    model, _, _ = run_dir.restore_model(str(model_dir))
+    assert model.count_params() > 0
+    # As the message says: a smaller batch resumes from there.
+    monkeypatch.setattr(losses, "smoothed_cross_entropy_sum", loss)
+    status, _ = _main(*tiny[:2], "--hparams_overrides=num_layers=1,"
+                      "checkpoint_every_steps=2,batch_size=32",
+                      "--train_steps=6")
+    assert status == 0
+    assert checkpoints.step_of(checkpoints.latest(str(model_dir))) == 6
+    assert run_dir.load_saved_hparams(str(model_dir)).batch_size == 32
+    # Out of memory while evaluating or exporting: one line, nothing
+    # replaced.
+    for patched, name, mode, what in (
+            (evaluation, "evaluate", "eval", "translating the test split"),
+            (export, "export_translator", "export", "exporting")):
+        monkeypatch.setattr(patched, name, _raises_out_of_memory)
+        status, line = _main(f"--model_dir={model_dir}", f"--mode={mode}")
+        assert status == 1 and "\n" not in line
+        assert line.startswith(f"Error: out of memory while {what} (a "
+                               "tensor of shape [64, 4, 70, 8000] did not "
+                               "fit): "), line
+    assert not (model_dir / "export").exists()
+
+
+def _raises_out_of_memory(*args, **kwargs):
+    raise tf.errors.ResourceExhaustedError(
+        None, None, "Graph execution error:\n\nOOM when allocating tensor "
+        "with shape[64,4,70,8000] and type float")

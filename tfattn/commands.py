@@ -20,9 +20,13 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
+from tfattn import checkpoints
 from tfattn import config
 from tfattn import distribute
+from tfattn import errors
+from tfattn import memory
 from tfattn import precision
+from tfattn import preparation
 from tfattn import run_dir
 from tfattn import training
 from tfattn.data import sources
@@ -41,8 +45,8 @@ class Command:
     dataset: sources.DatasetSpec
     # The requested set with its overrides; None resumes with the saved one.
     hparams: Optional[config.HParams] = None
-    # None (float32), a Keras policy name, or "auto" (`tfattn.precision`).
     hparams_overrides: str = ""
+    # None (float32), a Keras policy name, or "auto" (`tfattn.precision`).
     strategy: str = "default"
     tpu: Optional[str] = None
     mixed_precision: Optional[str] = None
@@ -84,8 +88,8 @@ def check(command):
     """Checks everything that bad input can break; nothing is written.
 
     Returns:
-        (hparams or None, strategy, the command with `mixed_precision`
-        resolved when it was "auto").
+        (the `preparation.PreparedRun` of a training mode or None, the
+        strategy).
     """
     spec = command.dataset
     # The splits this command will read, checked before training starts.
@@ -100,42 +104,69 @@ def check(command):
         # TFDS's progress bars write cursor-control codes into log files.
         import tensorflow_datasets as tfds
         tfds.disable_progress_bar()
-    hp = None
-    if training_mode:
-        hp = run_dir.resolve_hparams(command.model_dir, command.hparams)
-    else:
+    if not training_mode:
         decoding_settings(command)
     # MultiWorkerMirroredStrategy must exist before other TensorFlow work.
     strategy = distribute.make_strategy(command.strategy, command.tpu)
-    if command.mixed_precision == "auto":
-        policy = None
-        if training_mode:
-            policy, why = precision.choose(hp)
-            print(f"Precision: {policy or 'float32'}, because {why} "
-                  "(--mixed_precision=off, mixed_float16 or mixed_bfloat16 "
-                  "overrides).")
-        command = dataclasses.replace(command, mixed_precision=policy)
-    return hp, strategy, command
-
-
-def run_train(command, hp, strategy):
-    from tfattn import translate
-    result = training.train(
-        hp, command.dataset, command.model_dir, strategy=strategy,
+    if not training_mode:
+        return None, strategy
+    prepared = preparation.prepare_training(
+        command.hparams, spec, command.model_dir, strategy,
         steps=command.train_steps, epochs=command.train_epochs,
         mixed_precision=command.mixed_precision,
-        jit_compile=command.jit_compile, seed=command.seed,
-        verbose=int(command.progress_bar and sys.stdout.isatty()))
+        jit_compile=command.jit_compile, seed=command.seed)
+    logging.info("Memory: about %s of this machine's %.1f GiB (the "
+                 "largest batch; estimated within %.2gx).",
+                 prepared.memory.describe(),
+                 memory.physical_memory() / 2**30, memory.STATED_FACTOR)
+    print(precision.describe(prepared.precision))
+    return prepared, strategy
+
+
+def training_advice(hp, model_dir):
+    """What to lower when a training step runs out of memory."""
+    latest = checkpoints.latest(model_dir)
+    kept = (f"it resumes from {os.path.basename(latest)}, which is kept"
+            if latest else "no checkpoint was written yet")
+    if hp.batch_size:
+        batch = (f"batch_size (now {hp.batch_size}), e.g. --hparams_overrides"
+                 f"=batch_size={max(1, hp.batch_size // 2)}")
+    else:
+        batch = (f"tokens_per_batch (now {hp.tokens_per_batch}), e.g. "
+                 f"--hparams_overrides=tokens_per_batch="
+                 f"{max(hp.max_train_length, hp.tokens_per_batch // 2)}")
+    return (f"lower {batch}, or max_train_length (now "
+            f"{hp.max_train_length}), and run the same command again ({kept}"
+            "); or lower vocab_size, num_layers or num_units in a new "
+            "--model_dir")
+
+
+def decoding_advice(decoding):
+    """What to lower when decoding runs out of memory."""
+    return (f"lower beam_size (now {decoding['beam_size']}) or "
+            f"decode_extra_length (now {decoding['extra_length']}) with "
+            "--hparams_overrides, or free memory used by other processes")
+
+
+def run_train(command, prepared):
+    from tfattn import translate
+    with errors.guard_memory("training", lambda: training_advice(
+            prepared.hparams, command.model_dir)):
+        result = training.train_prepared(
+            prepared, jit_compile=command.jit_compile,
+            verbose=int(command.progress_bar and sys.stdout.isatty()))
     if result.loss is not None:
         logging.info("Step %d: loss %.4f, token accuracy %.4f, %.0f "
                      "tokens/s, %.1f s.", result.step, result.loss,
                      result.accuracy, result.tokens_per_second,
                      result.seconds)
-    if command.samples and distribute.is_chief(strategy):
-        exact, rows = translate.sample_translations(
-            result.model, result.tokenizer,
-            config.decoding_kwargs(result.hparams), command.dataset,
-            count=command.samples)
+    decoding = config.decoding_kwargs(result.hparams)
+    if command.samples and distribute.is_chief(prepared.strategy):
+        with errors.guard_memory("translating the validation samples",
+                                 lambda: decoding_advice(decoding)):
+            exact, rows = translate.sample_translations(
+                result.model, result.tokenizer, decoding, command.dataset,
+                count=command.samples)
         for source, reference, hypothesis in rows[:5]:
             print(f"  {source}\n    -> {hypothesis}\n    (reference: "
                   f"{reference})")
@@ -160,10 +191,12 @@ def run_eval(command):
                 split, spec.target_language, tok_dir)
         except FileNotFoundError:
             logging.info("No tokenised references in %s.", tok_dir)
-    metrics = evaluation.evaluate(
-        model, tokenizer, pairs, directory, split, **decoding,
-        tokenized_references=references,
-        target_language=spec.target_language if references else None)
+    with errors.guard_memory(f"translating the {split} split",
+                             lambda: decoding_advice(decoding)):
+        metrics = evaluation.evaluate(
+            model, tokenizer, pairs, directory, split, **decoding,
+            tokenized_references=references,
+            target_language=spec.target_language if references else None)
     print(f"BLEU on the {split} split: {metrics['bleu']:.2f} "
           f"({metrics['bleu_signature']})")
     if "bleu_tokenized_lowercased" in metrics:
@@ -190,9 +223,12 @@ def attention_images(model, tokenizer, spec, directory, decoding, pairs):
     checkpoint = tf.train.latest_checkpoint(directory)
     step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
     started = time.time()
-    count = visualize.write_attention_summaries(
-        model, tokenizer, [source for source, _ in shown if source.strip()],
-        os.path.join(directory, "eval"), step, decoding)
+    with errors.guard_memory("drawing attention images",
+                             lambda: decoding_advice(decoding)):
+        count = visualize.write_attention_summaries(
+            model, tokenizer,
+            [source for source, _ in shown if source.strip()],
+            os.path.join(directory, "eval"), step, decoding)
     logging.info("Wrote %d attention images to TensorBoard (%s) in %.1f s.",
                  count, os.path.join(directory, "eval"),
                  time.time() - started)
@@ -211,19 +247,22 @@ def run_export(command):
         raise FileExistsError(
             f"{export_dir}: already exists; pass --overwrite_export to "
             "replace it, or choose another --export_dir.")
-    path = export.export_translator(model, tokenizer, export_dir, **decoding,
-                                    overwrite=overwrite)
+    with errors.guard_memory("exporting", lambda: (
+            "free memory used by other processes, or export on a machine "
+            "with more memory; nothing was replaced in " + export_dir)):
+        path = export.export_translator(model, tokenizer, export_dir,
+                                        **decoding, overwrite=overwrite)
     print(f"Exported a string-to-string translator to {path}")
     return path
 
 
 def run(command):
     """Checks `command`, then runs its modes in turn."""
-    hp, strategy, command = check(command)
+    prepared, strategy = check(command)
     if command.mode in ("train", "all"):
         # Holds the directory itself (`run_dir.hold`) once its input is
         # checked, so that bad input leaves nothing behind.
-        run_train(command, hp, strategy)
+        run_train(command, prepared)
     if command.mode == "train":
         return
     with run_dir.hold(command.model_dir,

@@ -162,13 +162,16 @@ MODEL_FIELDS = (
 )
 DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
                    "average_checkpoints")
+# The batch: what a run that ran out of memory lowers to resume.
+BATCH_FIELDS = ("batch_size", "tokens_per_batch", "max_train_length")
 # Fields a resumed run may change: how long to train, how often to save and
-# log, and how to decode. Every other field must equal the saved one.
+# log, the batch, and how to decode. Every other field must equal the saved
+# one.
 RESUMABLE_FIELDS = (
     "train_steps", "train_epochs", "checkpoint_every_steps",
     "keep_checkpoints", "log_every_steps", "eval_every_steps",
     "eval_sentences",
-) + DECODING_FIELDS
+) + BATCH_FIELDS + DECODING_FIELDS
 # Fields added after runs were saved, with the value that reproduces those
 # runs: a saved hparams.json without them still loads.
 ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
@@ -550,26 +553,3 @@ def decoding_kwargs(hp):
     `export.export_translator`: `beam_size`, `alpha`, `extra_length`."""
     return dict(beam_size=hp.beam_size, alpha=hp.decode_alpha,
                 extra_length=hp.decode_extra_length)
-
-
-
-def training_memory_estimate(hp):
-    """Lower bounds, in bytes, of the memory training `hp` needs: the
-    parameters' state (float32 weights, gradients and Adam's two moments: 16
-    bytes each) and one batch's logits (forward, softmax and gradient: 12
-    bytes per target token and vocabulary entry). Activations come on top,
-    so a set above these bounds cannot fit; one below them may still not.
-
-    Returns:
-        (parameter state bytes, logits bytes, parameters).
-    """
-    c, f, v = hp.num_units, hp.ffn_units, hp.vocab_size
-    norm = 2 * c
-    attention = 4 * c * c + 4 * c + norm
-    feed_forward = 2 * c * f + f + c + norm
-    per_layer = 2 * attention + 2 * feed_forward + attention  # enc + dec
-    tables = v * c * (1 if hp.share_embeddings else 2)
-    tables += 0 if hp.tie_output else v * c + v
-    parameters = hp.num_layers * per_layer + tables + hp.max_length * c * 2
-    tokens = hp.tokens_per_batch or hp.batch_size * hp.max_train_length
-    return 16 * parameters, 12 * tokens * v, parameters

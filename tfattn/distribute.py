@@ -8,8 +8,6 @@ each replica's share of a global batch.
   does; other workers save into `worker_dir`, a scratch directory).
 - `per_replica_batch(hp, replicas)`: the global `batch_size` or
   `tokens_per_batch` divided among the replicas.
-- `check_memory(hp, strategy)`: refuses hparams that cannot fit in this
-  machine's memory.
 """
 
 import json
@@ -186,22 +184,3 @@ def per_replica_batch(hp, replicas):
                 f"{max(replicas, hp.batch_size // replicas * replicas)}.")
         return hp.batch_size // replicas, None
     return None, max(hp.max_train_length, hp.tokens_per_batch // replicas)
-
-
-def check_memory(hp, strategy):
-    """Refuses hparams whose training cannot fit in this machine's memory
-    (`config.training_memory_estimate`, a lower bound; the batch's logits
-    count only when the host computes them, without accelerators)."""
-    state, logits, parameters = config.training_memory_estimate(hp)
-    on_host = not (tf.config.list_logical_devices("GPU")
-                   or tf.config.list_logical_devices("TPU"))
-    needed = state + (logits // strategy.num_replicas_in_sync if on_host else 0)
-    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if needed > available:
-        raise ValueError(
-            f"These hparams need at least {needed / 2**30:,.1f} GiB to train "
-            f"({parameters:,} parameters: weights, gradients and Adam's "
-            "moments" + (", and one batch's logits" if on_host else "")
-            + f"), more than this machine's {available / 2**30:,.1f} GiB: "
-            "reduce num_layers, num_units, ffn_units, vocab_size or the "
-            "batch.")

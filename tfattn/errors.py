@@ -8,8 +8,14 @@ an unusable environment: `ValueError` (bad values, undecodable text),
 `OSError` (missing, unreadable or unwritable files and directories, bad
 gzip files), `EOFError` (truncated archives) and TensorFlow's `OpError`
 (unreadable checkpoints, data the input pipeline cannot parse).
+
+Out of memory (`tf.errors.ResourceExhaustedError`, or Python's
+`MemoryError`) inside `guard_memory(what, advice)` becomes `OutOfMemory`:
+one line with what was running, the tensor that did not fit and what to
+lower.
 """
 
+import contextlib
 import re
 
 import tensorflow as tf
@@ -24,7 +30,40 @@ class UsageError(ValueError):
     """A command line that cannot work as given (exit status 2)."""
 
 
-EXPECTED = (ValueError, OSError, EOFError, tf.errors.OpError)
+class OutOfMemory(RuntimeError):
+    """The machine ran out of memory while a command was running."""
+
+
+EXPECTED = (ValueError, OSError, EOFError, tf.errors.OpError, OutOfMemory)
+_SHAPE = re.compile(r"shape\s*\[([0-9,\s]*)\]")
+
+
+def out_of_memory(error, what, advice):
+    """The `OutOfMemory` for `error` (a `ResourceExhaustedError` or a
+    `MemoryError`): `out of memory while <what> (a tensor of shape [...]
+    did not fit): <advice>`."""
+    found = _SHAPE.search(getattr(error, "message", None) or str(error))
+    tensor = ""
+    if found:
+        dims = [d.strip() for d in found.group(1).split(",") if d.strip()]
+        tensor = f" (a tensor of shape [{', '.join(dims)}] did not fit)"
+    return OutOfMemory(f"out of memory while {what}{tensor}: {advice}")
+
+
+@contextlib.contextmanager
+def guard_memory(what, advice):
+    """Turns running out of memory in the block into `OutOfMemory`.
+
+    Args:
+        what: str. What the block does, e.g. "training".
+        advice: str, or a callable returning it (called only on failure):
+            what to lower.
+    """
+    try:
+        yield
+    except (tf.errors.ResourceExhaustedError, MemoryError) as error:
+        text = advice() if callable(advice) else advice
+        raise out_of_memory(error, what, text) from error
 
 
 def _cut(match):

@@ -16,6 +16,11 @@
   `EncoderBlock` / `DecoderBlock` (attention through `from_keras`, layer
   norms and feed-forward Dense layers as they are).
 
+"Equal" means: the same outputs at every query that sees at least one key;
+at a query whose keys are all masked tfattn gives all-zero weights (output:
+the output projection's bias) where Keras's default, fused call gives
+uniform weights (`MultiHeadAttention`'s docstring says when).
+
 Both return a new, built layer; the input is not changed. `attention_axes`
 (inputs of any rank), `use_gate` and `sliding_window` are carried, with
 the gate's kernel [C, H, d_v] <-> [C, H·d_v]. An unbuilt layer or one of
@@ -173,11 +178,23 @@ def _hub_classes():
 
 
 def from_keras_hub(block):
-    """An equal paper-flavour `tfattn.EncoderBlock` / `DecoderBlock` from a
+    """A paper-flavour `tfattn.EncoderBlock` / `DecoderBlock` from a
     built keras-hub `TransformerEncoder` / `TransformerDecoder` (same
     arguments: intermediate_dim -> ffn_units, dropout -> dropout_rate and
     attention_dropout_rate, activation, layer_norm_epsilon, normalize_first,
     initializers; same weights).
+
+    Outputs are equal at every position with explicit padding masks
+    (`padding_mask` / `memory_padding_mask` = keras-hub's
+    `decoder_padding_mask` / `encoder_padding_mask`; neither side then
+    masks padded queries), and at every valid position with Keras implicit
+    masks. They differ (1) at padded positions with implicit masks: tfattn's
+    attention masks padded queries (zero weights, so its output there is the
+    output projection's bias); keras-hub's decoder never masks them, and its
+    encoder's Keras attention does but, with `dropout=0`, gives them uniform
+    weights; (2) at a query whose keys are all masked (left padding under
+    the causal mask, an all-False attention-mask row): tfattn gives zero
+    weights, keras-hub with `dropout=0` uniform ones.
 
     Raises:
         ValueError: another class, or an unbuilt block.
@@ -235,7 +252,8 @@ def from_keras_hub(block):
 def to_keras_hub(block):
     """The inverse of `from_keras_hub` for a built paper-flavour
     `EncoderBlock` / `DecoderBlock` whose attention width is its input
-    width (keras-hub's key_dim = width / num_heads).
+    width (keras-hub's key_dim = width / num_heads); equal outputs where
+    `from_keras_hub` says.
 
     Raises:
         ValueError: another class or flavour, or an unbuilt block.

@@ -7,21 +7,39 @@ this machine runs it faster, float32 otherwise.
 - CPU: bfloat16 only where `/proc/cpuinfo` lists a bfloat16 dot product
   (`avx512_bf16`, `amx_bf16`): elsewhere oneDNN emulates it and it is slower
   (0.81x float32 measured on an AVX2-only CPU). There, the set's own
-  training step is timed once in both precisions on random batches of its
-  size, and bfloat16 is taken if it is at least `MIN_SPEEDUP` times faster.
-  A matmul alone misleads: on the AVX-512 BF16 EPYC here, width-128
-  matmuls run 1.9x in bfloat16, but the multi30k set's whole step ran at
-  0.66x float32 (its casts, layer norms and float32 softmax over 8,000
-  entries outweigh the small matmuls).
+  training step is timed once in both precisions (`step_speedup`), and
+  bfloat16 is taken if it is at least `MIN_SPEEDUP` times faster. A matmul
+  alone misleads: on the AVX-512 BF16 EPYC here, width-128 matmuls run 1.9x
+  in bfloat16, but the multi30k set's whole step ran at 0.66x float32 (its
+  casts, layer norms and float32 softmax over 8,000 entries outweigh the
+  small matmuls).
 
-`choose(hp)` returns the policy (None for float32) and the reason, which
-`train.py` prints.
+The probe measures what will run: the run's real vocabulary, rows of the
+training data's mean length, at most `PROBE_TOKENS` tokens and a batch
+whose estimated step (`tfattn.memory`) stays within `PROBE_MEMORY_SHARE` of
+physical memory; the float32 trainer is released before the bfloat16 one
+is built. It never ends a run: out of memory, it keeps float32 and says so.
+
+Measured once per model directory: `resolve` reuses the choice recorded in
+`MODEL_DIR/precision.json` (`write_record`, at the first start) on resume,
+for the same hparams and vocabulary; a `--mixed_precision` given
+explicitly overrides it for that run.
 """
 
+import contextlib
+import gc
+import json
+import random
 import time
+from typing import NamedTuple
+from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
+from tfattn import config
+from tfattn import memory
+from tfattn.files import write_text_atomically
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.1
 # Narrower models are not measured: their matmuls are too small for the
@@ -42,67 +60,222 @@ def cpu_flags(path="/proc/cpuinfo"):
     return set()
 
 
-def step_speedup(hp, steps=3, length=24):
+PROBE_TOKENS = 2048
+PROBE_MEMORY_SHARE = 0.25
+RECORD_FILENAME = "precision.json"
+POLICIES = (None, "mixed_float16", "mixed_bfloat16")
+
+
+class PrecisionChoice(NamedTuple):
+    """A run's compute precision and why.
+
+    Attributes:
+        policy: None (float32), "mixed_float16" or "mixed_bfloat16".
+        reason: str, in words (printed by `train.py`).
+        speedup: float or None. The measured bfloat16 / float32 step-time
+            ratio, where one was measured.
+        source: "measured", "rule" (decided without measuring), "recorded"
+            (read from the model directory) or "given" (asked for).
+    """
+
+    policy: Optional[str]
+    reason: str
+    speedup: Optional[float] = None
+    source: str = "rule"
+
+    @property
+    def name(self):
+        return self.policy or "float32"
+
+
+def probe_batch(hp, vocab_size, mean_length, available=None):
+    """(rows, length) of the probe's random batch, or None when not even
+    one row's step fits in `PROBE_MEMORY_SHARE` of `available` bytes."""
+    length = max(8, min(hp.max_train_length,
+                        int(np.ceil(mean_length / 8)) * 8))
+    rows, _ = memory.batch_shape(hp, length)
+    rows = max(1, min(rows, PROBE_TOKENS // length))
+    budget = PROBE_MEMORY_SHARE * (memory.physical_memory()
+                                   if available is None else available)
+    while rows >= 1:
+        if memory.training_memory(hp, vocab_size, rows, length).total <= \
+                budget:
+            return rows, length
+        rows //= 2
+    return None
+
+
+@contextlib.contextmanager
+def _random_state_kept():
+    """Python's and NumPy's global random state as they were: the probe's
+    models draw their initial weights from them, training's must not see
+    that (`tf.random.set_seed` would delete the tokenizer's op resource)."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def step_speedup(hp, vocab_size, rows, length, steps=3):
     """How much faster `train.py`'s training step (`training.build_trainer`:
     the model, Adam, the label-smoothed loss) runs in mixed_bfloat16 than in
-    float32 here, on random batches of the set's size (`length` tokens per
-    row; `tokens_per_batch` or `batch_size` rows). Best of `steps` steps
-    after two that trace and warm up."""
-    import numpy as np
-
+    float32 here, on a random [rows, length] batch of a `vocab_size`
+    vocabulary. Best of `steps` steps after two that trace and warm up; the
+    float32 trainer is released before the bfloat16 one is built."""
     from tfattn import training
 
-    rows = hp.batch_size or max(1, hp.tokens_per_batch // length)
     rng = np.random.default_rng(0)
-    ids = rng.integers(4, hp.vocab_size, (3, rows, length)).astype("int32")
+    ids = rng.integers(4, vocab_size, (3, rows, length)).astype("int32")
     ids[1, :, 0] = 2  # BOS
     batch = ({"source": ids[0], "target_in": ids[1]}, ids[2])
     strategy = tf.distribute.get_strategy()
     times = {}
-    for policy in (None, "mixed_bfloat16"):
-        _, _, _, step = training.build_trainer(strategy, hp, hp.vocab_size,
-                                               seed=0,
-                                               mixed_precision=policy)
-        iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
-        for _ in range(2):
-            float(step(iterator)[0])
-        best = float("inf")
-        for _ in range(steps):
-            start = time.perf_counter()
-            float(step(iterator)[0])
-            best = min(best, time.perf_counter() - start)
-        times[policy] = best
+    with _random_state_kept():
+        for policy in (None, "mixed_bfloat16"):
+            step = training.build_trainer(strategy, hp, vocab_size, seed=0,
+                                          mixed_precision=policy).train_step
+            iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
+            for _ in range(2):
+                float(step(iterator)[0])
+            best = float("inf")
+            for _ in range(steps):
+                start = time.perf_counter()
+                float(step(iterator)[0])
+                best = min(best, time.perf_counter() - start)
+            times[policy] = best
+            del step, iterator
+            gc.collect()
     return times[None] / times["mixed_bfloat16"]
 
 
-def choose(hp, flags=None):
-    """(policy name or None for float32, the reason in words) for training
-    the hparams `hp` here."""
+def choose(hp, vocab_size, mean_length, flags=None):
+    """The `PrecisionChoice` for training the hparams `hp` here, with a
+    vocabulary of `vocab_size` pieces on rows of `mean_length` tokens."""
     if tf.config.list_logical_devices("TPU"):
-        return "mixed_bfloat16", "a TPU computes in bfloat16"
+        return PrecisionChoice("mixed_bfloat16", "a TPU computes in bfloat16")
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         major, _ = details.get("compute_capability", (0, 0))
         name = details.get("device_name", "GPU")
         if major >= 8:
-            return "mixed_bfloat16", f"{name} (compute capability {major}.x) " \
-                "has bfloat16 tensor cores"
+            return PrecisionChoice("mixed_bfloat16", f"{name} (compute "
+                                   f"capability {major}.x) has bfloat16 "
+                                   "tensor cores")
         if major == 7:
-            return "mixed_float16", f"{name} (compute capability 7.x) has " \
-                "float16 tensor cores"
-        return None, f"{name} has no 16-bit tensor cores"
+            return PrecisionChoice("mixed_float16", f"{name} (compute "
+                                   "capability 7.x) has float16 tensor cores")
+        return PrecisionChoice(None, f"{name} has no 16-bit tensor cores")
     flags = cpu_flags() if flags is None else set(flags)
     found = [f for f in CPU_BF16_FLAGS if f in flags]
     if not found:
-        return None, ("the CPU has no bfloat16 dot product (no "
-                      f"{' or '.join(CPU_BF16_FLAGS)} in /proc/cpuinfo)")
+        return PrecisionChoice(None, (
+            "the CPU has no bfloat16 dot product (no "
+            f"{' or '.join(CPU_BF16_FLAGS)} in /proc/cpuinfo)"))
     if hp.num_units < MIN_WIDTH:
-        return None, (f"a width of {hp.num_units} (< {MIN_WIDTH}) gains "
-                      "nothing from bfloat16 on a CPU (not measured)")
-    speedup = step_speedup(hp)
-    verdict = "runs" if speedup >= MIN_SPEEDUP else "runs only"
+        return PrecisionChoice(None, (
+            f"a width of {hp.num_units} (< {MIN_WIDTH}) gains nothing from "
+            "bfloat16 on a CPU (not measured)"))
+    return _measure(hp, vocab_size, mean_length, found)
+
+
+def _measure(hp, vocab_size, mean_length, found):
+    shape = probe_batch(hp, vocab_size, mean_length)
+    if shape is None:
+        return PrecisionChoice(None, (
+            "not even one row of this set's training step fits in "
+            f"{PROBE_MEMORY_SHARE:.0%} of this machine's memory, so bfloat16 "
+            "was not measured"))
+    rows, length = shape
+    try:
+        speedup = step_speedup(hp, vocab_size, rows, length)
+    except tf.errors.ResourceExhaustedError:
+        gc.collect()
+        return PrecisionChoice(None, (
+            f"measuring bfloat16 ran out of memory on a {rows} x {length} "
+            "batch, so float32 was kept"))
     policy = "mixed_bfloat16" if speedup >= MIN_SPEEDUP else None
-    return policy, (f"this set's training step {verdict} {speedup:.2f}x "
-                    f"float32 in bfloat16 on this CPU ({', '.join(found)}; "
-                    f"measured on random batches, {MIN_SPEEDUP}x needed)")
+    verdict = "runs" if policy else "runs only"
+    return PrecisionChoice(policy, (
+        f"this set's training step {verdict} {speedup:.2f}x float32 in "
+        f"bfloat16 on this CPU ({', '.join(found)}; measured on random "
+        f"{rows} x {length} batches, vocabulary {vocab_size:,}, "
+        f"{MIN_SPEEDUP}x needed)"), speedup, "measured")
+
+
+# ----------------------------------------------------------------------
+# The record in the model directory.
+
+def record_path(model_dir):
+    return tf.io.gfile.join(str(model_dir), RECORD_FILENAME)
+
+
+def write_record(model_dir, choice, hp, vocab_size):
+    """Records `choice` for `hp` and `vocab_size` in `model_dir` (whole, or
+    not at all)."""
+    write_text_atomically(record_path(model_dir), json.dumps(dict(
+        policy=choice.name, reason=choice.reason, speedup=choice.speedup,
+        source=choice.source, vocab_size=vocab_size,
+        hparams=config.to_dict(hp)), indent=2, sort_keys=True) + "\n")
+
+
+def read_record(model_dir, hp, vocab_size):
+    """The `PrecisionChoice` recorded in `model_dir` for these hparams
+    (outside `config.RESUMABLE_FIELDS`) and vocabulary size, or None (no
+    record, another run's, or one that does not read)."""
+    path = record_path(model_dir)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            saved = json.load(f)
+        measured_for = config.from_json(json.dumps(saved["hparams"]))
+        policy = None if saved["policy"] == "float32" else saved["policy"]
+        if policy not in POLICIES:
+            return None
+    except (ValueError, KeyError, TypeError, tf.errors.OpError):
+        return None
+    if saved.get("vocab_size") != vocab_size or config.differences(
+            measured_for, hp, ignore=config.RESUMABLE_FIELDS):
+        return None
+    return PrecisionChoice(policy, str(saved.get("reason", "")),
+                           saved.get("speedup"), "recorded")
+
+
+def resolve(requested, hp, vocab_size, mean_length, model_dir):
+    """The `PrecisionChoice` of a training run.
+
+    Args:
+        requested: "auto", None (float32) or a policy name. Anything but
+            "auto" is taken as given.
+        hp, vocab_size, mean_length: what `choose` measures with.
+        model_dir: where a first start's choice is recorded.
+
+    Returns:
+        "auto": the recorded choice (source "recorded"), else `choose`'s.
+        Otherwise the requested policy (source "given"), whose reason names
+        the recorded choice it overrides, if any.
+    """
+    recorded = read_record(model_dir, hp, vocab_size)
+    if requested == "auto":
+        return recorded or choose(hp, vocab_size, mean_length)
+    reason = "--mixed_precision asks for it"
+    if recorded is not None and recorded.policy != requested:
+        reason += (f", overriding the {recorded.name} recorded at the first "
+                   "start")
+    return PrecisionChoice(requested, reason, None, "given")
+
+
+def describe(choice):
+    """The line `train.py` prints: the policy, why, and how to change it."""
+    if choice.source == "recorded":
+        return (f"Precision: {choice.name}, recorded at the first start "
+                f"({choice.reason}); --mixed_precision=off, mixed_float16 "
+                "or mixed_bfloat16 overrides.")
+    if choice.source == "given":
+        return f"Precision: {choice.name}, because {choice.reason}."
+    return (f"Precision: {choice.name}, because {choice.reason} "
+            "(--mixed_precision=off, mixed_float16 or mixed_bfloat16 "
+            "overrides).")

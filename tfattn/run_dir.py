@@ -2,6 +2,8 @@
 model they hold.
 
     model_dir/hparams.json          the resolved hparams (reused on resume)
+    model_dir/precision.json        the precision chosen at the first start
+                                    (`tfattn.precision`, reused on resume)
     model_dir/spm.model, spm.vocab  the joint SentencePiece vocabulary
     model_dir/ckpt-<step>.*         checkpoints (model, optimizer, step)
     model_dir/.lock                 who is using it (`hold`)

@@ -19,7 +19,7 @@ the whole batch.
 Resume: a run restarted with the same `model_dir` restores the latest
 checkpoint and continues at its step; the saved hparams must match the
 requested ones except in `config.RESUMABLE_FIELDS` (length, save and log
-intervals, decoding). The data order restarts from a seed derived from the
+intervals, the batch, decoding). The data order restarts from a seed derived from the
 step, so a resumed run does not replay the same batches; it does not
 continue the interrupted run's exact order.
 
@@ -55,33 +55,27 @@ from tfattn import checkpoints
 from tfattn import config
 from tfattn import evaluation
 from tfattn import losses
+from tfattn import precision
 from tfattn.optimization import build_optimizer
 from tfattn.optimization import current_learning_rate
 from tfattn.data import training_input
-from tfattn.data.sources import build_tokenizer
-from tfattn.data.sources import check_dataset
-from tfattn.data.sources import load_split
-from tfattn.data.sources import parse_dataset_spec
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import save_tokenizer
 from tfattn.files import write_text_atomically
-from tfattn.distribute import check_memory
 from tfattn.distribute import is_chief
 from tfattn.distribute import num_workers
-from tfattn.distribute import per_replica_batch
 from tfattn.distribute import worker_dir
 from tfattn.models import Transformer
 from tfattn.preemption import NonFiniteLossError
 from tfattn.preemption import StopRequest
 from tfattn.preemption import TrainingPreempted
+from tfattn.preparation import prepare_training
 from tfattn.run_dir import CHECKPOINT_NAME
 from tfattn.run_dir import build_model
 from tfattn.run_dir import hold
 from tfattn.run_dir import hparams_path
 from tfattn.run_dir import model_weights
-from tfattn.run_dir import resolve_hparams
 
-MIXED_PRECISION = (None, "mixed_float16", "mixed_bfloat16")
 # Steps timed after the first (compiling) one to project the run's length,
 # or fewer when they take more than TIMING_SECONDS.
 TIMED_STEPS = 10
@@ -151,8 +145,9 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
             `train_steps` / `train_epochs`.
         epochs: int or None. Train for this many passes over the training
             split (counted in global batches); not with `steps`.
-        mixed_precision: None, `"mixed_float16"` (with loss scaling) or
-            `"mixed_bfloat16"`.
+        mixed_precision: None, `"mixed_float16"` (with loss scaling),
+            `"mixed_bfloat16"`, or `"auto"` (`tfattn.precision.resolve`:
+            the choice recorded in `model_dir`, else measured).
         jit_compile: bool. Compile the forward and backward pass with XLA;
             batches are then padded to `max_train_length` so shapes are
             static (also done on TPUs).
@@ -167,68 +162,44 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
 
     Raises:
         ValueError, FileNotFoundError: bad arguments or missing data, before
-            anything is written.
+            anything is written (`preparation.prepare_training`).
+        memory.InsufficientMemory: the step cannot fit in this machine.
         NonFiniteLossError: the loss became NaN or infinite.
         TrainingPreempted: SIGTERM arrived; a checkpoint was saved at the
             step it stopped at.
     """
+    run = prepare_training(hparams, dataset, model_dir, strategy, steps,
+                           epochs, mixed_precision, jit_compile, seed)
+    return train_prepared(run, jit_compile, verbose, on_step_end)
+
+
+def train_prepared(run, jit_compile=False, verbose=1, on_step_end=None):
+    """Trains the `preparation.PreparedRun` `run` (see `train`)."""
     # The model directory is held (`run_dir.hold`) from the first write on.
     with contextlib.ExitStack() as held:
-        return _train(held, hparams, dataset, model_dir, strategy, steps,
-                      epochs, mixed_precision, jit_compile, seed, verbose,
-                      on_step_end)
+        return _train(held, run, jit_compile, verbose, on_step_end)
 
 
-def _train(held, hparams, dataset, model_dir, strategy, steps, epochs,
-           mixed_precision, jit_compile, seed, verbose, on_step_end):
+def _train(held, run, jit_compile, verbose, on_step_end):
     started = time.time()
-    model_dir = str(model_dir)
-    strategy = strategy or tf.distribute.get_strategy()
-    if isinstance(dataset, str):
-        dataset = parse_dataset_spec(dataset)
-    if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(
-            "Received an invalid value for argument `mixed_precision`, "
-            "expected one of None, 'mixed_float16', 'mixed_bfloat16'. "
-            f"Received: mixed_precision={mixed_precision!r}")
-    if steps is not None and epochs is not None:
-        raise ValueError("Give at most one of `steps` and `epochs`. "
-                         f"Received: steps={steps}, epochs={epochs}")
-    for name, value in (("steps", steps), ("epochs", epochs)):
-        if value is not None and (isinstance(value, bool) or not isinstance(
-                value, int) or value < 1):
-            raise ValueError(f"Received an invalid value for argument "
-                             f"`{name}`, expected a positive int. Received: "
-                             f"{name}={value!r}")
-    # Everything that can fail on bad input fails here, before any write.
-    hp = resolve_hparams(model_dir, hparams)
-    if steps is not None or epochs is not None:
-        hp = dataclasses.replace(hp, train_steps=steps, train_epochs=epochs)
-    per_replica_batch(hp, strategy.num_replicas_in_sync)
-    check_memory(hp, strategy)
-    check_dataset(dataset)
-    train_pairs = load_split(dataset, "train")
+    hp, dataset, model_dir = run.hparams, run.dataset, run.model_dir
+    strategy, tokenizer, seed = run.strategy, run.tokenizer, run.seed
+    mixed_precision = run.precision.policy
+    validation_pairs = run.validation_pairs
     chief = is_chief(strategy)
-    validation_pairs = (training_input.validation_pairs(dataset, hp)
-                        if hp.eval_every_steps and chief else None)
-    resume = checkpoints.exist(model_dir)
-    # Seed before the tokenizer exists: `tf.random.set_seed` clears the eager
-    # kernel cache, which deletes the SentencePiece op's resource.
-    keras.utils.set_random_seed(seed)
-    # Learnt in memory: a vocabulary the corpus cannot support fails here,
-    # before anything is written.
-    tokenizer = build_tokenizer(dataset, hp, train_pairs,
-                                model_dir if resume else None, resume=resume)
     held.enter_context(hold(model_dir, chief))
     latest = checkpoints.latest(model_dir)
     write_dir = model_dir if chief else worker_dir(model_dir, strategy)
     if latest and chief:
         checkpoints.write_index(model_dir, latest)
     tf.io.gfile.makedirs(write_dir)
-    if not resume:
+    if not run.resume:
         save_tokenizer(tokenizer, write_dir)
     if chief:
         write_text_atomically(hparams_path(model_dir), config.to_json(hp))
+        if precision.read_record(model_dir, hp, tokenizer.vocab_size) is None:
+            precision.write_record(model_dir, run.precision, hp,
+                                   tokenizer.vocab_size)
     total_steps = hp.train_steps or (
         hp.train_epochs * training_input.steps_per_epoch(hp, tokenizer,
                                                          dataset))
@@ -253,9 +224,9 @@ def _train(held, hparams, dataset, model_dir, strategy, steps, epochs,
                            latest, hp, model, tokenizer,
                            time.time() - started)
 
-    static = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
     iterator = iter(training_input.distributed_batches(
-        strategy, hp, tokenizer, dataset, seed + start_step, static))
+        strategy, hp, tokenizer, dataset, seed + start_step,
+        run.static_shapes))
     writer = (tf.summary.create_file_writer(
         os.path.join(model_dir, SUMMARY_DIRNAME)) if chief
         else tf.summary.create_noop_writer())

@@ -202,7 +202,8 @@ def make_batches(
         tokens_per_batch: int or None. About this many tokens (batch size x
             padded length, counting the longer of source and target) per
             batch: each bucket's batch size is `tokens_per_batch //` its
-            longest length. Defaults to `None`.
+            longest length (`// max_length` with `pad_to_max_length`, where
+            every batch has that length). Defaults to `None`.
         bucket_by_length: bool. Group similar lengths into batches. Without
             it, batches keep the input order and `tokens_per_batch` gives a
             fixed batch size of `tokens_per_batch // max_length`. Defaults
@@ -222,8 +223,9 @@ def make_batches(
             on every run (and different, but reproducible, per epoch when
             the result is repeated). Defaults to `None`.
         drop_remainder: bool. Drop a bucket's last, smaller batch. With
-            `batch_size` and `pad_to_max_length`, the batches then have the
-            static shape `[batch_size, max_length]`. Defaults to `False`.
+            `pad_to_max_length`, the batches then have the static shape
+            `[batch_size, max_length]` (`tokens_per_batch // max_length`
+            rows for a token budget). Defaults to `False`.
         cache: bool. Keep the tokenized, filtered pairs in memory after the
             first pass, so later epochs (when the result is repeated) skip
             tokenizing; shuffling and batching still run every epoch.
@@ -333,7 +335,11 @@ def make_batches(
         # ended without max_length; it only matters for tokens_per_batch).
         longest = [max(1, b - 1) for b in boundaries]
         longest.append(max_length or boundaries[-1])
-        if tokens_per_batch:
+        if tokens_per_batch and pad_to_max_length:
+            # Every batch is padded to max_length: the budget fills the
+            # same number of rows in every bucket.
+            sizes = [max(1, tokens_per_batch // longest[-1])] * len(longest)
+        elif tokens_per_batch:
             sizes = [max(1, tokens_per_batch // n) for n in longest]
         else:
             sizes = [batch_size] * len(longest)
@@ -355,10 +361,11 @@ def make_batches(
             padding_values=padding_values,
             drop_remainder=drop_remainder,
         )
-    if drop_remainder and batch_size and pad_to_max_length:
-        # Every batch is [batch_size, max_length]; say so in the static shape
+    if drop_remainder and pad_to_max_length:
+        # Every batch is [rows, max_length]; say so in the static shape
         # (bucketing alone leaves the batch dimension unknown).
-        shape = [batch_size, max_length]
+        shape = [batch_size or max(1, tokens_per_batch // max_length),
+                 max_length]
         dataset = dataset.map(
             lambda *xs: tuple(tf.ensure_shape(x, shape) for x in xs)
         )

@@ -4,8 +4,12 @@
   per worker, each replica's share of the global batch;
 - `steps_per_epoch`: global batches in one pass over the training split;
 - `validation_pairs`: the validation subset that training scores every
-  `eval_every_steps`.
+  `eval_every_steps`;
+- `sample_lengths`: the rows' lengths in a sample of the training split
+  (what the memory estimate and the precision probe size batches by).
 """
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,6 +18,8 @@ from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
 from tfattn.distribute import per_replica_batch
 
+# Training pairs whose lengths `sample_lengths` reads (the split's first).
+LENGTH_SAMPLE_PAIRS = 4096
 
 
 def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
@@ -63,3 +69,31 @@ def steps_per_epoch(hp, tokenizer, spec):
         load_split(spec, "train"), tokenizer, max_length=hp.max_train_length,
         batch_size=hp.batch_size, tokens_per_batch=hp.tokens_per_batch)
     return int(batches.reduce(np.int64(0), lambda n, _: n + 1))
+
+
+class LengthSample(NamedTuple):
+    """Row lengths (max of the source and target ids, eos or bos included)
+    of the training pairs that fit `max_train_length`, in a sample."""
+
+    longest: int
+    mean: float
+    pairs: int
+
+
+def sample_lengths(pairs, tokenizer, max_length,
+                   count=LENGTH_SAMPLE_PAIRS):
+    """The `LengthSample` of the first `count` pairs of `pairs` (a dataset
+    of {"inputs", "targets"} strings), tokenized as training tokenizes them
+    (`pipeline.encode_pair`: one more id than the pieces). Pairs longer
+    than `max_length` are left out, as training filters them; with none
+    left, `longest` is `max_length`."""
+    lengths = []
+    for batch in pairs.take(count).batch(1024).as_numpy_iterator():
+        source = tokenizer.tokenize(batch["inputs"]).row_lengths().numpy()
+        target = tokenizer.tokenize(batch["targets"]).row_lengths().numpy()
+        lengths.append(np.maximum(source, target) + 1)
+    lengths = np.concatenate(lengths) if lengths else np.zeros([0], int)
+    kept = lengths[lengths <= max_length]
+    if not kept.size:
+        return LengthSample(int(max_length), float(max_length), 0)
+    return LengthSample(int(kept.max()), float(kept.mean()), int(kept.size))

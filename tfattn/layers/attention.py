@@ -30,9 +30,11 @@ class Attention(ScoredAttentionBase):
     weight `bilinear_kernel` [d_k, d_q].
 
     Masks follow Keras (True = may attend). A masked key gets weight 0; a
-    query with every key masked gets all-zero weights and a zero output
-    (Keras 3.15's convention, never NaN). The softmax runs in float32 under
-    every dtype policy.
+    query with every key masked gets all-zero weights and a zero output,
+    never NaN (tfattn's convention: Keras 3.15's `keras.layers.Attention`
+    gives it uniform weights 1/T_k and the mean of the values; its output is
+    zero only where its query mask is False). The softmax runs in float32
+    under every dtype policy.
 
     Args:
         score: `"dot"`, `"scaled_dot"`, `"additive"` or `"bilinear"`.

@@ -31,8 +31,11 @@ class MultiHeadAttention(keras.layers.Layer):
     - `"paper"` ("Attention Is All You Need"): Q, K, V linear projections with
       bias, softmax(Q Kᵀ / sqrt(d)) V per head, heads concatenated and
       projected by `output_dense`. No residual or norm inside (the block adds
-      them). Equal to `keras.layers.MultiHeadAttention` with the same weights
-      and masks.
+      them). With the same weights and masks, its outputs equal
+      `keras.layers.MultiHeadAttention`'s at every query that sees at least
+      one key (every valid position of padded inputs), and its weights equal
+      those Keras returns; at a query that sees no key its output differs
+      from that of Keras's default call (below).
     - `"reference_2017"`: `multihead_attention` of the 2017 code, final state
       ed2deb8 (REFERENCE_SPEC §1.4, "G1b"). ReLU projections with bias, V
       projected from the *keys*; keys and queries whose input rows are all
@@ -57,10 +60,15 @@ class MultiHeadAttention(keras.layers.Layer):
     Masks are broadcast, never expanded to [B, H, T_q, T_k] beforehand.
 
     A query whose keys are all masked (a padded query, in the paper flavour,
-    which masks padded queries as Keras does) gets all-zero weights in the
-    paper flavour, as `keras.layers.MultiHeadAttention` (Keras 3.15), so its
-    output is the output projection's bias; the reference flavours give it
-    uniform weights, as the referenced code does (spec §5).
+    which masks padded queries as Keras does; an all-False row of
+    `attention_mask`) gets all-zero weights in the paper flavour, always, so
+    its output is the output projection's bias. Keras 3.15's layer gives
+    that only on its explicit path (`return_attention_scores=True`,
+    `dropout > 0`, or inputs of rank > 3); its default, fused path
+    (`ops.dot_product_attention`) gives such a query uniform weights 1/T_k,
+    so its output is the output projection of the mean of the projected
+    values (times the gate, with `use_gate`). The reference flavours give
+    it uniform weights, as the referenced code does (spec §5).
 
     Precision: masking and softmax run in float32, so the layer stays finite
     under `mixed_float16` and `mixed_bfloat16`, and float32 keeps the
@@ -393,8 +401,9 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout=dropout,
             query_chunk_size=self.query_chunk_size,
             return_weights=return_attention_scores,
-            # Keras 3 gives a query with no visible key all-zero weights;
-            # the referenced code gives it uniform ones (spec §5).
+            # A query with no visible key: all-zero weights, as Keras 3.15's
+            # explicit path (its fused default path gives uniform ones); the
+            # referenced code gives uniform ones (spec §5).
             fully_masked="zero" if self.flavor == "paper" else "uniform",
         )
         output = attention_ops.merge_heads(output)

@@ -9,8 +9,9 @@ Precision: the two matmuls run in the inputs' dtype (so bfloat16 inputs use
 the CPU's bfloat16 matrix units), while masking and the softmax always run in
 float32. The referenced constant -2**32+1 therefore stays finite under
 `mixed_float16`, a query whose keys are all masked gets uniform weights as in
-the reference, or all-zero weights as in Keras (`fully_masked`), never NaN,
-and float32 keeps the reference's exact numbers.
+the reference, or all-zero weights as Keras's `MultiHeadAttention` gives when
+it computes scores explicitly (its fused default path gives uniform ones)
+(`fully_masked`), never NaN, and float32 keeps the reference's exact numbers.
 """
 
 import tensorflow as tf
@@ -104,8 +105,11 @@ def masked_softmax(scores, mask=None, mask_value=REFERENCE_MASK_VALUE,
         mask_value: float. Defaults to the reference's -2**32+1, whose exp
             is exactly 0 next to any unmasked score.
         fully_masked: `"uniform"` (the referenced code: a query that may see
-            no key weighs them all 1/T_k) or `"zero"` (Keras 3.15: all-zero
-            weights, so the output is 0).
+            no key weighs them all 1/T_k) or `"zero"` (all-zero weights, so
+            the output is 0: Keras 3.15's `Softmax` with a mask, which its
+            `MultiHeadAttention` uses only when it computes scores
+            explicitly; its fused `ops.dot_product_attention` gives uniform
+            weights).
 
     Returns:
         float32 weights of the shape of `scores`.
