@@ -17,6 +17,7 @@ one line, `Error: ...`, naming the flag, field or file; --debug shows the
 traceback instead.
 """
 
+import dataclasses
 import os
 import re
 import sys
@@ -38,14 +39,18 @@ def _import_tensorflow_quietly():
         return
     import tempfile
 
-    banner = (r"All log messages before absl::InitializeLog|oneDNN custom "
-              r"operations|cpu_feature_guard|rebuild TensorFlow with the "
-              r"appropriate compiler flags")
+    banner = (
+        r"All log messages before absl::InitializeLog|oneDNN custom "
+        r"operations|cpu_feature_guard|rebuild TensorFlow with the "
+        r"appropriate compiler flags"
+    )
     if not os.path.exists("/dev/nvidiactl"):
         # No NVIDIA driver: the CUDA lines say only that there is no GPU.
         # With one, they may be the reason a GPU is missing: kept.
-        banner += (r"|cudart_stub|cuda drivers|cuInit|Unable to register "
-                   r"cu(DNN|FFT|BLAS) factory|computation placer")
+        banner += (
+            r"|cudart_stub|cuda drivers|cuInit|Unable to register "
+            r"cu(DNN|FFT|BLAS) factory|computation placer"
+        )
     banner = re.compile(banner)
     sys.stderr.flush()
     saved = os.dup(2)
@@ -54,6 +59,7 @@ def _import_tensorflow_quietly():
         failed = True
         try:
             import tensorflow
+
             # Finding the devices is where a machine without a GPU logs
             # `failed call to cuInit`; it does not start the runtime, so
             # strategies can still be configured afterwards.
@@ -64,8 +70,11 @@ def _import_tensorflow_quietly():
             os.close(saved)
             captured.seek(0)
             lines = captured.read().decode("utf-8", "replace").splitlines()
-            kept = lines if failed else [
-                line for line in lines if not banner.search(line)]
+            kept = (
+                lines
+                if failed
+                else [line for line in lines if not banner.search(line)]
+            )
             if kept:
                 print("\n".join(kept), file=sys.stderr)
 
@@ -89,12 +98,13 @@ from tfattn import training  # noqa: E402
 from tfattn.data import sources  # noqa: E402
 
 
-
 def _drop_tensorflow_info(record):
     """TensorFlow's own INFO lines (a save's sharding time, a 1,000-character
     list of a traced function's inputs at export) say nothing to a user."""
-    return (record.levelno > logging.converter.STANDARD_INFO
-            or not record.pathname.startswith(_TENSORFLOW_DIR))
+    return (
+        record.levelno > logging.converter.STANDARD_INFO
+        or not record.pathname.startswith(_TENSORFLOW_DIR)
+    )
 
 
 _TENSORFLOW_DIR = os.path.dirname(tensorflow.__file__)
@@ -107,91 +117,148 @@ DEFAULT_RUNS_DIR = "runs"
 
 # Hyperparameters.
 flags.DEFINE_string(
-    "hparams", None,
+    "hparams",
+    None,
     "Hparams set: " + ", ".join(hparams_sets.names()) + ". Omit it to resume "
-    "with the set saved in --model_dir.")
+    "with the set saved in --model_dir.",
+)
 flags.DEFINE_string(
-    "hparams_overrides", "",
+    "hparams_overrides",
+    "",
     'Comma-separated field=value overrides, e.g. "num_heads=4,'
-    'dropout_rate=0.2". Values are parsed by the field\'s type, never run. '
-    "With --mode=eval or export only the decoding fields (" + ", ".join(
-        config.DECODING_FIELDS) + ") may be overridden.")
+    "dropout_rate=0.2\". Values are parsed by the field's type, never run. "
+    "With --mode=eval or export only the decoding fields ("
+    + ", ".join(config.DECODING_FIELDS)
+    + ") may be overridden.",
+)
 # Data.
 flags.DEFINE_string(
-    "dataset", "numbers",
+    "dataset",
+    "numbers",
     "numbers (generated, offline), multi30k (with --manual_dir), tfds:NAME "
-    "or textfiles:PREFIX (files PREFIX[.train].LANG).")
+    "or textfiles:PREFIX (files PREFIX[.train].LANG).",
+)
 flags.DEFINE_string(
-    "data_dir", None,
-    "TFDS data directory (TFDS creates it; default ~/tensorflow_datasets).")
+    "data_dir",
+    None,
+    "TFDS data directory (TFDS creates it; default ~/tensorflow_datasets).",
+)
 flags.DEFINE_string(
-    "manual_dir", None,
+    "manual_dir",
+    None,
     "TFDS manual directory: Multi30k's six *.gz files (or a TFDS dataset's "
-    "manual files).")
-flags.DEFINE_string("source_language", None,
-                    "Source feature (TFDS, Multi30k) or file suffix.")
-flags.DEFINE_string("target_language", None,
-                    "Target feature (TFDS, Multi30k) or file suffix.")
+    "manual files).",
+)
+flags.DEFINE_string(
+    "source_language", None, "Source feature (TFDS, Multi30k) or file suffix."
+)
+flags.DEFINE_string(
+    "target_language", None, "Target feature (TFDS, Multi30k) or file suffix."
+)
 # Run.
 flags.DEFINE_string(
-    "model_dir", None,
+    "model_dir",
+    None,
     "Checkpoints, vocabulary, hparams.json, logs. Default: "
     f"{DEFAULT_RUNS_DIR}/HPARAMS_DATASET (e.g. {DEFAULT_RUNS_DIR}/"
-    "tiny_numbers).")
+    "tiny_numbers).",
+)
 flags.DEFINE_enum("mode", "train", MODES, "What to do.")
-flags.DEFINE_enum("strategy", "default", distribute.STRATEGIES,
-                  "tf.distribute strategy (multi_worker_mirrored reads "
-                  "TF_CONFIG).")
-flags.DEFINE_string("tpu", None,
-                    "TPU address or name (\"local\" on a TPU VM); only with "
-                    "--strategy=tpu.")
-flags.DEFINE_enum("mixed_precision", "auto", MIXED_PRECISION,
-                  "Compute precision: auto (bfloat16 where this machine "
-                  "runs the set's training step faster that way: a TPU, an "
-                  "Ampere or later GPU, a CPU with bfloat16 dot products "
-                  "where the step, measured once, gains 1.1x; float16 on "
-                  "7.x GPUs; float32 otherwise; printed), off (float32), "
-                  "mixed_float16 (with loss scaling) or mixed_bfloat16.")
-flags.DEFINE_bool("jit_compile", False,
-                  "Compile the training step with XLA (batches padded to "
-                  "max_train_length).")
-flags.DEFINE_integer("train_steps", None,
-                     "Train to this step (overrides the hparams' length).",
-                     lower_bound=1)
-flags.DEFINE_integer("train_epochs", None,
-                     "Train for this many epochs (overrides the hparams' "
-                     "length).", lower_bound=1)
-flags.DEFINE_string("export_dir", None,
-                    "Export directory (export and all modes; default "
-                    "MODEL_DIR/export, which each export replaces).")
-flags.DEFINE_bool("overwrite_export", False,
-                  "Replace an existing --export_dir (the default export "
-                  "directory is always replaced).")
-flags.DEFINE_integer("average_checkpoints", None,
-                     "Eval and export the average of the last this many "
-                     "checkpoints (see the hparams' keep_checkpoints); "
-                     "default: the hparams' average_checkpoints.",
-                     lower_bound=1)
-flags.DEFINE_enum("eval_split", "test", ("test", "validation"),
-                  "The split `eval`/`all` translates and scores: choose "
-                  "settings on `validation`, report `test`.")
+flags.DEFINE_enum(
+    "strategy",
+    "default",
+    distribute.STRATEGIES,
+    "tf.distribute strategy (multi_worker_mirrored reads TF_CONFIG).",
+)
+flags.DEFINE_string(
+    "tpu",
+    None,
+    'TPU address or name ("local" on a TPU VM); only with --strategy=tpu.',
+)
+flags.DEFINE_enum(
+    "mixed_precision",
+    "auto",
+    MIXED_PRECISION,
+    "Compute precision: auto (bfloat16 where this machine "
+    "runs the set's training step faster that way: a TPU, an "
+    "Ampere or later GPU, a CPU with bfloat16 dot products "
+    "where the step, measured once, gains 1.1x; float16 on "
+    "7.x GPUs; float32 otherwise; printed), off (float32), "
+    "mixed_float16 (with loss scaling) or mixed_bfloat16.",
+)
+flags.DEFINE_bool(
+    "jit_compile",
+    False,
+    "Compile the training step with XLA (batches padded to max_train_length).",
+)
+flags.DEFINE_integer(
+    "train_steps",
+    None,
+    "Train to this step (overrides the hparams' length).",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "train_epochs",
+    None,
+    "Train for this many epochs (overrides the hparams' length).",
+    lower_bound=1,
+)
+flags.DEFINE_string(
+    "export_dir",
+    None,
+    "Export directory (export and all modes; default "
+    "MODEL_DIR/export, which each export replaces).",
+)
+flags.DEFINE_bool(
+    "overwrite_export",
+    False,
+    "Replace an existing --export_dir (the default export "
+    "directory is always replaced).",
+)
+flags.DEFINE_integer(
+    "average_checkpoints",
+    None,
+    "Eval and export the average of the last this many "
+    "checkpoints (see the hparams' keep_checkpoints); "
+    "default: the hparams' average_checkpoints.",
+    lower_bound=1,
+)
+flags.DEFINE_enum(
+    "eval_split",
+    "test",
+    ("test", "validation"),
+    "The split `eval`/`all` translates and scores: choose "
+    "settings on `validation`, report `test`.",
+)
 flags.DEFINE_integer("seed", 0, "Initialisation, dropout and data seed.")
-flags.DEFINE_integer("samples", 100,
-                     "After training, translate this many validation pairs "
-                     "and log the exact-match rate (0: skip).", lower_bound=0)
-flags.DEFINE_bool("progress_bar", True,
-                  "Show a progress bar (on a terminal; logs otherwise).")
-flags.DEFINE_bool("debug", False,
-                  "On an error, show the Python traceback instead of one "
-                  "line (also with --verbosity=1).")
+flags.DEFINE_integer(
+    "samples",
+    100,
+    "After training, translate this many validation pairs "
+    "and log the exact-match rate (0: skip).",
+    lower_bound=0,
+)
+flags.DEFINE_bool(
+    "progress_bar", True, "Show a progress bar (on a terminal; logs otherwise)."
+)
+flags.DEFINE_bool(
+    "debug",
+    False,
+    "On an error, show the Python traceback instead of one "
+    "line (also with --verbosity=1).",
+)
 
 flags.mark_flags_as_mutual_exclusive(["train_steps", "train_epochs"])
 
 FLAGS = flags.FLAGS
 
 
-@flags.validator("hparams", message=(
-    "Unknown hparams set. Known sets: " + ", ".join(hparams_sets.names())))
+@flags.validator(
+    "hparams",
+    message=(
+        "Unknown hparams set. Known sets: " + ", ".join(hparams_sets.names())
+    ),
+)
 def _check_hparams_name(name):
     return name is None or name in hparams_sets.names()
 
@@ -199,11 +266,15 @@ def _check_hparams_name(name):
 @flags.multi_flags_validator(["hparams", "hparams_overrides"])
 def _check_overrides(values):
     # Keys and types are the same for every set: check against any.
-    name = values["hparams"] if values["hparams"] in hparams_sets.names() \
+    name = (
+        values["hparams"]
+        if values["hparams"] in hparams_sets.names()
         else "base"
+    )
     try:
-        config.parse_overrides(hparams_sets.get(name),
-                               values["hparams_overrides"])
+        config.parse_overrides(
+            hparams_sets.get(name), values["hparams_overrides"]
+        )
     except ValueError as error:
         raise flags.ValidationError(str(error))
     return True
@@ -213,42 +284,57 @@ def _check_overrides(values):
 def _check_strategy(values):
     if (values["strategy"] == "tpu") != bool(values["tpu"]):
         raise flags.ValidationError(
-            "--tpu is required with --strategy=tpu and only there.")
-    if values["strategy"] == "tpu" and \
-            values["mixed_precision"] == "mixed_float16":
+            "--tpu is required with --strategy=tpu and only there."
+        )
+    if (
+        values["strategy"] == "tpu"
+        and values["mixed_precision"] == "mixed_float16"
+    ):
         raise flags.ValidationError(
             "TPUs do not compute in float16: use "
-            "--mixed_precision=mixed_bfloat16 with --strategy=tpu.")
+            "--mixed_precision=mixed_bfloat16 with --strategy=tpu."
+        )
     return True
 
 
-@flags.multi_flags_validator(["dataset", "source_language",
-                              "target_language", "data_dir", "manual_dir"])
+@flags.multi_flags_validator(
+    ["dataset", "source_language", "target_language", "data_dir", "manual_dir"]
+)
 def _check_dataset(values):
     try:
         sources.parse_dataset_spec(
-            values["dataset"], values["source_language"],
-            values["target_language"], values["data_dir"],
-            values["manual_dir"])
+            values["dataset"],
+            values["source_language"],
+            values["target_language"],
+            values["data_dir"],
+            values["manual_dir"],
+        )
     except ValueError as error:
         raise flags.ValidationError(str(error))
     return True
 
 
-@flags.multi_flags_validator(["mode", "export_dir", "overwrite_export",
-                              "train_steps", "train_epochs"])
+@flags.multi_flags_validator(
+    ["mode", "export_dir", "overwrite_export", "train_steps", "train_epochs"]
+)
 def _check_mode(values):
-    if ((values["export_dir"] or values["overwrite_export"])
-            and values["mode"] not in ("export", "all")):
+    if (values["export_dir"] or values["overwrite_export"]) and values[
+        "mode"
+    ] not in commands.EXPORT_MODES:
         raise flags.ValidationError(
             "--export_dir and --overwrite_export are only used with "
-            "--mode=export or --mode=all.")
-    training_flags = [f"--{n}" for n in ("train_steps", "train_epochs")
-                      if values[n] is not None]
-    if training_flags and values["mode"] not in ("train", "all"):
+            "--mode=export or --mode=all."
+        )
+    training_flags = [
+        f"--{n}"
+        for n in ("train_steps", "train_epochs")
+        if values[n] is not None
+    ]
+    if training_flags and values["mode"] not in commands.TRAINING_MODES:
         raise flags.ValidationError(
             f"{', '.join(training_flags)} only apply with --mode=train or "
-            "--mode=all.")
+            "--mode=all."
+        )
     return True
 
 
@@ -259,7 +345,8 @@ def model_dir():
     if not FLAGS.hparams:
         raise errors.UsageError(
             "Give --hparams for a new run, or --model_dir to resume one (it "
-            "holds its hparams.json).")
+            "holds its hparams.json)."
+        )
     dataset = re.sub(r"[^A-Za-z0-9.-]+", "_", FLAGS.dataset).strip("_")
     return os.path.join(DEFAULT_RUNS_DIR, f"{FLAGS.hparams}_{dataset}")
 
@@ -277,7 +364,8 @@ def requested_hparams(directory):
         if base is None:
             raise ValueError(
                 "--hparams_overrides needs --hparams for a new run (no "
-                f"hparams.json in {directory}).")
+                f"hparams.json in {directory})."
+            )
     else:
         return None
     return config.parse_overrides(base, FLAGS.hparams_overrides)
@@ -298,7 +386,8 @@ def main(argv):
     try:
         if len(argv) > 1:
             raise errors.UsageError(
-                f"unexpected arguments: {' '.join(argv[1:])}")
+                f"unexpected arguments: {' '.join(argv[1:])}"
+            )
         _run(argv)
     except training.TrainingPreempted as error:
         # 128 + SIGTERM, the status of a process that SIGTERM ended: a
@@ -308,43 +397,68 @@ def main(argv):
     except Exception as error:  # noqa: BLE001 (the boundary)
         if FLAGS.debug or FLAGS.verbosity >= 1:
             raise
-        if isinstance(error, (tensorflow.errors.ResourceExhaustedError,
-                              MemoryError)):
+        if isinstance(
+            error, (tensorflow.errors.ResourceExhaustedError, MemoryError)
+        ):
             # Outside the modes' own guards (`commands`): say it plainly.
             error = errors.out_of_memory(
-                error, f"running --mode={FLAGS.mode}", "lower the hparams' "
-                "tokens_per_batch or max_train_length, or free memory")
+                error,
+                f"running --mode={FLAGS.mode}",
+                "lower the hparams' "
+                "tokens_per_batch or max_train_length, or free memory",
+            )
         if isinstance(error, errors.UsageError):
             _fail(error, 2)
-        if isinstance(error, errors.EXPECTED + (
-                training.NonFiniteLossError, run_dir.ModelDirInUse)):
+        if isinstance(
+            error,
+            errors.EXPECTED
+            + (training.NonFiniteLossError, run_dir.ModelDirInUse),
+        ):
             _fail(error)
-        _fail(f"unexpected {type(error).__name__}: {errors.describe(error)} "
-              "(rerun with --debug for the traceback)")
+        _fail(
+            f"unexpected {type(error).__name__}: {errors.describe(error)} "
+            "(rerun with --debug for the traceback)"
+        )
+
+
+# Command fields that are not one flag's value as it is.
+_DERIVED_FIELDS = ("model_dir", "dataset", "hparams", "mixed_precision")
+
+
+def _command(directory):
+    """The `commands.Command` of the flags: each field is the flag of its
+    name, except `_DERIVED_FIELDS`."""
+    values = {
+        field.name: FLAGS[field.name].value
+        for field in dataclasses.fields(commands.Command)
+        if field.name not in _DERIVED_FIELDS
+    }
+    return commands.Command(
+        **values,
+        model_dir=directory,
+        dataset=sources.parse_dataset_spec(
+            FLAGS.dataset,
+            FLAGS.source_language,
+            FLAGS.target_language,
+            FLAGS.data_dir,
+            FLAGS.manual_dir,
+        ),
+        hparams=(
+            requested_hparams(directory)
+            if FLAGS.mode in commands.TRAINING_MODES
+            else None
+        ),
+        mixed_precision=(
+            None if FLAGS.mixed_precision == "off" else FLAGS.mixed_precision
+        ),
+    )
 
 
 def _run(argv):
     directory = model_dir()
     if not FLAGS.model_dir:
         print(f"Model directory: {directory}")
-    command = commands.Command(
-        mode=FLAGS.mode, model_dir=directory,
-        dataset=sources.parse_dataset_spec(
-            FLAGS.dataset, FLAGS.source_language, FLAGS.target_language,
-            FLAGS.data_dir, FLAGS.manual_dir),
-        hparams=(requested_hparams(directory)
-                 if FLAGS.mode in ("train", "all") else None),
-        hparams_overrides=FLAGS.hparams_overrides, strategy=FLAGS.strategy,
-        tpu=FLAGS.tpu,
-        mixed_precision=(None if FLAGS.mixed_precision == "off"
-                         else FLAGS.mixed_precision),
-        jit_compile=FLAGS.jit_compile, train_steps=FLAGS.train_steps,
-        train_epochs=FLAGS.train_epochs, export_dir=FLAGS.export_dir,
-        overwrite_export=FLAGS.overwrite_export,
-        average_checkpoints=FLAGS.average_checkpoints,
-        eval_split=FLAGS.eval_split, seed=FLAGS.seed, samples=FLAGS.samples,
-        progress_bar=FLAGS.progress_bar)
-    commands.run(command)
+    commands.run(_command(directory), report=print)
 
 
 def _parse_flags(argv):
@@ -352,13 +466,15 @@ def _parse_flags(argv):
     try:
         return FLAGS(argv)
     except flags.Error as error:
-        print(f"Error: {errors.describe(error)} (python train.py --helpfull "
-              "lists the flags)", file=sys.stderr)
+        print(
+            f"Error: {errors.describe(error)} (python train.py --helpfull "
+            "lists the flags)",
+            file=sys.stderr,
+        )
         sys.exit(2)
 
 
-HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull",
-              "--helpxml")
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
 def run():

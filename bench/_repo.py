@@ -1,4 +1,5 @@
-"""Puts the repository root on `sys.path`, so the bench scripts import this checkout.
+"""Puts the repository root on `sys.path`, so the bench scripts import this
+checkout.
 
 `python bench/NAME.py` puts bench/ on `sys.path`, not the repository root,
 so `hparams` (the application's sets, not installed) would not import, and

@@ -1,4 +1,5 @@
-"""Attention forward+backward time: tfattn against keras.layers.MultiHeadAttention.
+"""Attention forward+backward time: tfattn against
+keras.layers.MultiHeadAttention.
 
 Everything runs in one process on the same inputs, interleaved round by round
 so that drift in the machine's speed hits both sides alike. It also measures
@@ -52,22 +53,31 @@ def time_calls(fn, repeats):
     start = time.perf_counter()
     for _ in range(repeats):
         out = fn()
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out[0])
+    tf.nest.map_structure(
+        lambda t: t.numpy() if hasattr(t, "numpy") else t, out[0]
+    )
     return (time.perf_counter() - start) / repeats
 
 
 def run(batch, length, width, heads, dtype, causal, repeats, rounds):
-    keras.config.set_dtype_policy("float32" if dtype == "float32" else "mixed_bfloat16")
+    keras.config.set_dtype_policy(
+        "float32" if dtype == "float32" else "mixed_bfloat16"
+    )
     rng = np.random.default_rng(0)
     x = tf.Variable(rng.normal(size=(batch, length, width)).astype("float32"))
     ours = tfattn.MultiHeadAttention(num_heads=heads, causality=causal)
-    theirs = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=width // heads)
+    theirs = keras.layers.MultiHeadAttention(
+        num_heads=heads, key_dim=width // heads
+    )
     ours(x), theirs(x, x)
     steps = {
         "tfattn": make_step(ours, x, causal, False),
         "keras": make_step(theirs, x, causal, True),
     }
-    a = tf.cast(tf.random.normal((width * 4, width * 4)), "float32" if dtype == "float32" else "bfloat16")
+    a = tf.cast(
+        tf.random.normal((width * 4, width * 4)),
+        "float32" if dtype == "float32" else "bfloat16",
+    )
     matmul = tf.function(lambda: (tf.matmul(a, a),))
     times = {name: [] for name in steps}
     ceiling = []
@@ -92,18 +102,35 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", default="float32,bfloat16")
     args = parser.parse_args()
-    print(f"batch {args.batch}, length {args.length}, width {args.width}, "
-          f"heads {args.heads}; best of {args.rounds} rounds x {args.repeats} calls")
-    print(f"{'dtype':9} {'mask':7} {'tfattn ms':>10} {'keras ms':>9} "
-          f"{'keras/tfattn':>12} {'tfattn % of matmul':>19} {'keras %':>8}")
+    print(
+        f"batch {args.batch}, length {args.length}, width {args.width}, "
+        f"heads {args.heads}; best of {args.rounds} rounds x {args.repeats} "
+        f"calls"
+    )
+    print(
+        f"{'dtype':9} {'mask':7} {'tfattn ms':>10} {'keras ms':>9} "
+        f"{'keras/tfattn':>12} {'tfattn % of matmul':>19} {'keras %':>8}"
+    )
     for dtype in args.dtypes.split(","):
         for causal in (False, True):
-            best, flops, peak = run(args.batch, args.length, args.width, args.heads,
-                                    dtype, causal, args.repeats, args.rounds)
+            best, flops, peak = run(
+                args.batch,
+                args.length,
+                args.width,
+                args.heads,
+                dtype,
+                causal,
+                args.repeats,
+                args.rounds,
+            )
             ours, theirs = best["tfattn"], best["keras"]
-            print(f"{dtype:9} {'causal' if causal else 'none':7} {ours * 1e3:10.1f} "
-                  f"{theirs * 1e3:9.1f} {theirs / ours:12.2f} "
-                  f"{100 * flops / ours / peak:18.0f}% {100 * flops / theirs / peak:7.0f}%")
+            print(
+                f"{dtype:9} {'causal' if causal else 'none':7} "
+                f"{ours * 1e3:10.1f} "
+                f"{theirs * 1e3:9.1f} {theirs / ours:12.2f} "
+                f"{100 * flops / ours / peak:18.0f}% "
+                f"{100 * flops / theirs / peak:7.0f}%"
+            )
 
 
 if __name__ == "__main__":

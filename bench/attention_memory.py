@@ -30,14 +30,21 @@ def child(which, length, width, heads, causal):
 
     import tfattn
 
-    x = tf.Variable(np.random.default_rng(0).normal(size=(1, length, width)).astype("float32"))
+    x = tf.Variable(
+        np.random.default_rng(0)
+        .normal(size=(1, length, width))
+        .astype("float32")
+    )
     if which == "keras":
-        layer = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=width // heads)
+        layer = keras.layers.MultiHeadAttention(
+            num_heads=heads, key_dim=width // heads
+        )
         call = lambda: layer(x, x, use_causal_mask=causal)  # noqa: E731
     else:
         chunk = None if which == "tfattn-unchunked" else "auto"
-        layer = tfattn.MultiHeadAttention(num_heads=heads, causality=causal,
-                                          query_chunk_size=chunk)
+        layer = tfattn.MultiHeadAttention(
+            num_heads=heads, causality=causal, query_chunk_size=chunk
+        )
         call = lambda: layer(x)  # noqa: E731
     small = tf.Variable(tf.zeros((1, 8, width)))
     layer(small) if which != "keras" else layer(small, small)
@@ -52,9 +59,22 @@ def child(which, length, width, heads, causal):
 
 def measure(which, length, width, heads, causal):
     out = subprocess.run(
-        [sys.executable, __file__, "--child", which, "--lengths", str(length),
-         "--width", str(width), "--heads", str(heads)] + (["--causal"] if causal else []),
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            which,
+            "--lengths",
+            str(length),
+            "--width",
+            str(width),
+            "--heads",
+            str(heads),
+        ]
+        + (["--causal"] if causal else []),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -68,20 +88,30 @@ def main():
     parser.add_argument("--causal", action="store_true")
     args = parser.parse_args()
     if args.child:
-        child(args.child, int(args.lengths), args.width, args.heads, args.causal)
+        child(
+            args.child, int(args.lengths), args.width, args.heads, args.causal
+        )
         return
-    print(f"batch 1, width {args.width}, heads {args.heads}; peak RSS increase "
-          "during one forward+backward, MiB")
-    print(f"{'length':>7} {'mask':7} {'keras':>8} {'tfattn unchunked':>17} "
-          f"{'tfattn (auto chunks)':>21} {'keras/tfattn':>13}")
+    print(
+        f"batch 1, width {args.width}, heads {args.heads}; peak RSS increase "
+        "during one forward+backward, MiB"
+    )
+    print(
+        f"{'length':>7} {'mask':7} {'keras':>8} {'tfattn unchunked':>17} "
+        f"{'tfattn (auto chunks)':>21} {'keras/tfattn':>13}"
+    )
     for length in (int(v) for v in args.lengths.split(",")):
         for causal in (False, True):
-            figures = {w: measure(w, length, args.width, args.heads, causal)
-                       for w in ("keras", "tfattn-unchunked", "tfattn")}
-            print(f"{length:7} {'causal' if causal else 'none':7} "
-                  f"{figures['keras']:8.0f} {figures['tfattn-unchunked']:17.0f} "
-                  f"{figures['tfattn']:21.0f} "
-                  f"{figures['keras'] / figures['tfattn']:13.1f}")
+            figures = {
+                w: measure(w, length, args.width, args.heads, causal)
+                for w in ("keras", "tfattn-unchunked", "tfattn")
+            }
+            print(
+                f"{length:7} {'causal' if causal else 'none':7} "
+                f"{figures['keras']:8.0f} {figures['tfattn-unchunked']:17.0f} "
+                f"{figures['tfattn']:21.0f} "
+                f"{figures['keras'] / figures['tfattn']:13.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ from tfattn import decoding  # noqa: E402
 
 def build_model(args):
     model = tfattn.Transformer(
-        args.vocab, num_layers=args.layers, num_units=args.units,
-        num_heads=args.heads, ffn_units=4 * args.units, dropout_rate=0.0,
+        args.vocab,
+        num_layers=args.layers,
+        num_units=args.units,
+        num_heads=args.heads,
+        ffn_units=4 * args.units,
+        dropout_rate=0.0,
         max_length=args.steps + 1,
     )
     rng = np.random.default_rng(0)
@@ -65,13 +69,19 @@ def keras_hub_greedy(args, source):
     width, heads, steps = args.units, args.heads, args.steps
     batch = source.shape[0]
     embed_source = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, source.shape[1], width)
+        args.vocab, source.shape[1], width
+    )
     embed_target = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, steps + 1, width)
-    encoders = [keras_hub.layers.TransformerEncoder(4 * width, heads)
-                for _ in range(args.layers)]
-    decoders = [keras_hub.layers.TransformerDecoder(4 * width, heads)
-                for _ in range(args.layers)]
+        args.vocab, steps + 1, width
+    )
+    encoders = [
+        keras_hub.layers.TransformerEncoder(4 * width, heads)
+        for _ in range(args.layers)
+    ]
+    decoders = [
+        keras_hub.layers.TransformerDecoder(4 * width, heads)
+        for _ in range(args.layers)
+    ]
     output = keras.layers.Dense(args.vocab)
     memory = embed_source(source)
     for encoder in encoders:
@@ -87,11 +97,19 @@ def keras_hub_greedy(args, source):
         memory = embed_source(source)
         for encoder in encoders:
             memory = encoder(memory)
-        cross = [tf.stack([d._cross_attention_layer._key_dense(memory),
-                           d._cross_attention_layer._value_dense(memory)],
-                          axis=1) for d in decoders]
-        caches = [tf.zeros([batch, 2, steps, heads, head_width])
-                  for _ in decoders]
+        cross = [
+            tf.stack(
+                [
+                    d._cross_attention_layer._key_dense(memory),
+                    d._cross_attention_layer._value_dense(memory),
+                ],
+                axis=1,
+            )
+            for d in decoders
+        ]
+        caches = [
+            tf.zeros([batch, 2, steps, heads, head_width]) for _ in decoders
+        ]
         ids = tf.fill([batch], tfattn.models.transformer.BOS_ID)
         out = tf.zeros([batch, steps], "int32")
 
@@ -100,16 +118,20 @@ def keras_hub_greedy(args, source):
             new = []
             for decoder, cache, cross_cache in zip(decoders, caches, cross):
                 x, cache, _ = decoder(
-                    x, memory, self_attention_cache=cache,
+                    x,
+                    memory,
+                    self_attention_cache=cache,
                     self_attention_cache_update_index=t,
-                    cross_attention_cache=cross_cache)
+                    cross_attention_cache=cross_cache,
+                )
                 new.append(cache)
             ids = tf.argmax(output(x[:, 0]), -1, output_type=tf.int32)
             one_hot = tf.one_hot(t, steps, dtype="int32")[None, :]
             return t + 1, ids, out * (1 - one_hot) + ids[:, None] * one_hot, new
 
-        _, _, out, _ = tf.while_loop(lambda t, *rest: t < steps, body,
-                                     (0, ids, out, caches))
+        _, _, out, _ = tf.while_loop(
+            lambda t, *rest: t < steps, body, (0, ids, out, caches)
+        )
         return (out,)
 
     return greedy
@@ -124,9 +146,14 @@ def matmul_floor(args):
         return tf.constant(rng.normal(size=(rows, cols)) * 0.05, "float32")
 
     names = ("query", "key", "value", "output", "cross_query", "cross_output")
-    layers = [dict({name: weight(width, width) for name in names},
-                   inner=weight(width, 4 * width), outer=weight(4 * width, width))
-              for _ in range(args.layers)]
+    layers = [
+        dict(
+            {name: weight(width, width) for name in names},
+            inner=weight(width, 4 * width),
+            outer=weight(4 * width, width),
+        )
+        for _ in range(args.layers)
+    ]
     vocabulary = weight(width, args.vocab)
     start = tf.constant(rng.normal(size=(batch, width)), "float32")
 
@@ -141,8 +168,11 @@ def matmul_floor(args):
             ids = tf.argmax(x @ vocabulary, -1, output_type=tf.int32)
             return t + 1, x, out.write(t, ids)
 
-        _, _, out = tf.while_loop(lambda t, *rest: t < steps, body,
-                                  (0, start, tf.TensorArray(tf.int32, steps)))
+        _, _, out = tf.while_loop(
+            lambda t, *rest: t < steps,
+            body,
+            (0, start, tf.TensorArray(tf.int32, steps)),
+        )
         return (out.stack(),)
 
     return floor
@@ -169,8 +199,12 @@ def main():
     parser.add_argument("--units", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no_jit", dest="jit", action="store_false",
-                        help="Run the cached searches without XLA.")
+    parser.add_argument(
+        "--no_jit",
+        dest="jit",
+        action="store_false",
+        help="Run the cached searches without XLA.",
+    )
     args = parser.parse_args()
     model, source = build_model(args)
     steps, batch = args.steps, args.batch
@@ -182,20 +216,38 @@ def main():
         memory, keep = model.encode(source, training=False)
         cache = model.init_decode_cache(memory, keep, steps)
         if beam_size == 1:
-            return decoding.greedy_search(model.decode_step, start_ids, cache, steps, no_eos)
-        return decoding.beam_search(model.decode_step, start_ids, cache, steps, no_eos,
-                                    beam_size=beam_size, alpha=0.6)
+            return decoding.greedy_search(
+                model.decode_step, start_ids, cache, steps, no_eos
+            )
+        return decoding.beam_search(
+            model.decode_step,
+            start_ids,
+            cache,
+            steps,
+            no_eos,
+            beam_size=beam_size,
+            alpha=0.6,
+        )
 
     @tf.function(jit_compile=True)
     def rerun():
         memory, keep = model.encode(source, training=False)
         buffer = tf.concat(
-            [start_ids[:, None], tf.zeros([batch, steps], "int32")], axis=1)
+            [start_ids[:, None], tf.zeros([batch, steps], "int32")], axis=1
+        )
 
         def body(t, buffer):
-            logits = model.decode(buffer[:, :steps], memory, keep, training=False)
-            next_ids = tf.argmax(tf.gather(logits, t, axis=1)[:, 1:], -1,
-                                 output_type=tf.int32) + 1
+            logits = model.decode(
+                buffer[:, :steps], memory, keep, training=False
+            )
+            next_ids = (
+                tf.argmax(
+                    tf.gather(logits, t, axis=1)[:, 1:],
+                    -1,
+                    output_type=tf.int32,
+                )
+                + 1
+            )
             one_hot = tf.one_hot(t + 1, steps + 1, dtype="int32")[None, :]
             return t + 1, buffer * (1 - one_hot) + next_ids[:, None] * one_hot
 
@@ -203,9 +255,12 @@ def main():
         return (buffer[:, 1:],)
 
     params = model.count_params()
-    print(f"model: {args.layers}+{args.layers} layers, width {args.units}, "
-          f"{params / 1e6:.1f}M parameters; batch {batch}, {steps} tokens per row, "
-          f"best of {args.rounds}")
+    print(
+        f"model: {args.layers}+{args.layers} layers, width {args.units}, "
+        f"{params / 1e6:.1f}M parameters; batch {batch}, {steps} tokens per "
+        f"row, "
+        f"best of {args.rounds}"
+    )
     t_rerun, rerun_out = best_time(rerun, args.rounds)
     t_greedy, greedy_out = best_time(lambda: cached(1), args.rounds)
     t_beam, _ = best_time(lambda: cached(4), args.rounds)
@@ -214,19 +269,26 @@ def main():
     same = np.array_equal(np.asarray(rerun_out[0]), np.asarray(greedy_out[0]))
     tokens = batch * steps
     print(f"{'method':18} {'tokens/s':>9} {'vs rerun':>9}")
-    for name, seconds in (("rerun", t_rerun), ("cached greedy", t_greedy),
-                          ("cached beam 4", t_beam),
-                          ("keras-hub greedy", t_hub),
-                          ("matmul-only floor", t_floor)):
+    for name, seconds in (
+        ("rerun", t_rerun),
+        ("cached greedy", t_greedy),
+        ("cached beam 4", t_beam),
+        ("keras-hub greedy", t_hub),
+        ("matmul-only floor", t_floor),
+    ):
         print(f"{name:18} {tokens / seconds:9.0f} {t_rerun / seconds:8.1f}x")
-    print(f"greedy vs keras-hub's cached decoder: {t_hub / t_greedy:.2f}x; "
-          f"beam 4 / greedy time: {t_beam / t_greedy:.2f}x (per-hypothesis "
-          f"rate {4 * t_greedy / t_beam:.2f} of greedy's); greedy ids "
-          f"identical to rerun: {same}")
-    print(f"cached greedy runs at {t_floor / t_greedy:.0%} of the matmul-only "
-          f"floor, keras-hub at {t_floor / t_hub:.0%}; the floor is "
-          f"{t_hub / t_floor:.2f}x keras-hub's greedy, the most any "
-          f"implementation could reach here")
+    print(
+        f"greedy vs keras-hub's cached decoder: {t_hub / t_greedy:.2f}x; "
+        f"beam 4 / greedy time: {t_beam / t_greedy:.2f}x (per-hypothesis "
+        f"rate {4 * t_greedy / t_beam:.2f} of greedy's); greedy ids "
+        f"identical to rerun: {same}"
+    )
+    print(
+        f"cached greedy runs at {t_floor / t_greedy:.0%} of the matmul-only "
+        f"floor, keras-hub at {t_floor / t_hub:.0%}; the floor is "
+        f"{t_hub / t_floor:.2f}x keras-hub's greedy, the most any "
+        f"implementation could reach here"
+    )
 
 
 if __name__ == "__main__":

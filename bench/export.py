@@ -56,52 +56,90 @@ def main():
     args = parser.parse_args()
 
     keras.utils.set_random_seed(0)
-    pairs = numbers_splits(max_value=99999, num_validation=200,
-                           num_test=200)
+    pairs = numbers_splits(max_value=99999, num_validation=200, num_test=200)
     work = tempfile.mkdtemp()
-    tokenizer = train_tokenizer([s for pair in pairs["train"][:2000]
-                                 for s in pair], work, vocab_size=64,
-                                split_digits=True)
+    tokenizer = train_tokenizer(
+        [s for pair in pairs["train"][:2000] for s in pair],
+        work,
+        vocab_size=64,
+        split_digits=True,
+    )
     model = tfattn.Transformer(
-        tokenizer.vocab_size, num_layers=args.layers, num_units=args.units,
-        num_heads=4, ffn_units=2 * args.units, dropout_rate=0.0,
-        max_length=64)
+        tokenizer.vocab_size,
+        num_layers=args.layers,
+        num_units=args.units,
+        num_heads=4,
+        ffn_units=2 * args.units,
+        dropout_rate=0.0,
+        max_length=64,
+    )
     model((tf.ones([1, 4], "int32"), tf.ones([1, 3], "int32")))
     decoding = dict(beam_size=args.beam, extra_length=args.extra_length)
     export_dir = os.path.join(work, "export")
     export.export_translator(model, tokenizer, export_dir, **decoding)
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
     xla_dir = os.path.join(work, "export_xla")
-    export.export_translator(model, tokenizer, xla_dir, jit_compile=True,
-                             **decoding)
+    export.export_translator(
+        model, tokenizer, xla_dir, jit_compile=True, **decoding
+    )
     serve_xla = tf.saved_model.load(xla_dir).signatures["serving_default"]
     texts = [source for source, _ in pairs["test"]]
 
-    print(f"{model.count_params() / 1e6:.1f}M parameters, {args.layers}+"
-          f"{args.layers} layers, width {args.units}, beam {args.beam}; "
-          f"sentences/s, best of {args.rounds}")
-    print(f"{'batch':>5} {'python':>9} {'python+XLA':>11} {'saved_model':>12}"
-          f" {'saved+XLA':>10} {'saved / python':>15} "
-          f"{'saved+XLA / python+XLA':>23}")
+    print(
+        f"{model.count_params() / 1e6:.1f}M parameters, {args.layers}+"
+        f"{args.layers} layers, width {args.units}, beam {args.beam}; "
+        f"sentences/s, best of {args.rounds}"
+    )
+    print(
+        f"{'batch':>5} {'python':>9} {'python+XLA':>11} {'saved_model':>12}"
+        f" {'saved+XLA':>10} {'saved / python':>15} "
+        f"{'saved+XLA / python+XLA':>23}"
+    )
     for batch in [int(b) for b in args.batches.split(",")]:
         chunk = texts[:batch]
-        python = best_rate(lambda: translate_texts(
-            model, tokenizer, chunk, batch_size=batch, **decoding),
-            batch, args.rounds)
-        xla = best_rate(lambda: translate_texts(
-            model, tokenizer, chunk, batch_size=batch, jit_compile=True,
-            **decoding), batch, args.rounds)
-        saved = best_rate(lambda: serve(sentences=tf.constant(chunk))[
-            "translations"].numpy(), batch, args.rounds)
-        saved_xla = best_rate(lambda: serve_xla(sentences=tf.constant(
-            chunk))["translations"].numpy(), batch, args.rounds)
-        same = [t.decode() for t in serve(sentences=tf.constant(chunk))[
-            "translations"].numpy()] == translate_texts(
-                model, tokenizer, chunk, batch_size=batch, **decoding)
-        print(f"{batch:5d} {python:9.1f} {xla:11.1f} {saved:12.1f} "
-              f"{saved_xla:10.1f} {saved / python:14.2f}x "
-              f"{saved_xla / xla:22.2f}x"
-              + ("" if same else "  (translations differ!)"))
+        python = best_rate(
+            lambda: translate_texts(
+                model, tokenizer, chunk, batch_size=batch, **decoding
+            ),
+            batch,
+            args.rounds,
+        )
+        xla = best_rate(
+            lambda: translate_texts(
+                model,
+                tokenizer,
+                chunk,
+                batch_size=batch,
+                jit_compile=True,
+                **decoding,
+            ),
+            batch,
+            args.rounds,
+        )
+        saved = best_rate(
+            lambda: serve(sentences=tf.constant(chunk))["translations"].numpy(),
+            batch,
+            args.rounds,
+        )
+        saved_xla = best_rate(
+            lambda: serve_xla(sentences=tf.constant(chunk))[
+                "translations"
+            ].numpy(),
+            batch,
+            args.rounds,
+        )
+        same = [
+            t.decode()
+            for t in serve(sentences=tf.constant(chunk))["translations"].numpy()
+        ] == translate_texts(
+            model, tokenizer, chunk, batch_size=batch, **decoding
+        )
+        print(
+            f"{batch:5d} {python:9.1f} {xla:11.1f} {saved:12.1f} "
+            f"{saved_xla:10.1f} {saved / python:14.2f}x "
+            f"{saved_xla / xla:22.2f}x"
+            + ("" if same else "  (translations differ!)")
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy, forward + backward: tfattn against Keras and a gather.
+"""Label-smoothed cross-entropy, forward + backward: tfattn against Keras
+and a gather.
 
 Three ways to the same number and gradient, in one process on the same
 logits [batch, length, vocabulary] and labels (with padding):
@@ -38,15 +39,19 @@ EPSILON = 0.1
 def gather_loss(labels, logits):
     keep = tf.cast(labels != 0, tf.float32)
     label_logit = tf.gather(logits, labels, batch_dims=2)
-    ce = (tf.reduce_logsumexp(logits, -1) - (1 - EPSILON) * label_logit
-          - EPSILON * tf.reduce_mean(logits, -1))
+    ce = (
+        tf.reduce_logsumexp(logits, -1)
+        - (1 - EPSILON) * label_logit
+        - EPSILON * tf.reduce_mean(logits, -1)
+    )
     return tf.reduce_sum(ce * keep), tf.reduce_sum(keep)
 
 
 def keras_loss(labels, logits):
     keep = tf.cast(labels != 0, tf.float32)
     loss = keras.losses.CategoricalCrossentropy(
-        from_logits=True, label_smoothing=EPSILON, reduction="sum")
+        from_logits=True, label_smoothing=EPSILON, reduction="sum"
+    )
     one_hot = tf.one_hot(labels, logits.shape[-1])
     return loss(one_hot, logits, sample_weight=keep), tf.reduce_sum(keep)
 
@@ -65,10 +70,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    logits = tf.constant(rng.normal(size=(args.batch, args.length, args.vocab)),
-                         tf.float32)
+    logits = tf.constant(
+        rng.normal(size=(args.batch, args.length, args.vocab)), tf.float32
+    )
     labels = rng.integers(4, args.vocab, size=(args.batch, args.length))
-    labels[:, -args.length // 4:] = 0  # a quarter padding
+    labels[:, -args.length // 4 :] = 0  # a quarter padding
     labels = tf.constant(labels, tf.int32)
 
     def step_of(loss_fn):
@@ -79,27 +85,42 @@ def main():
                 total, count = loss_fn(labels, logits)
                 loss = total / count
             return loss, tape.gradient(loss, logits)
+
         return step
 
-    steps = {"tfattn": step_of(tfattn_loss), "gather": step_of(gather_loss),
-             "keras": step_of(keras_loss)}
+    steps = {
+        "tfattn": step_of(tfattn_loss),
+        "gather": step_of(gather_loss),
+        "keras": step_of(keras_loss),
+    }
     want_loss, want_grad = steps["gather"]()
     for name, step in steps.items():
         loss, grad = step()
         np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
-        np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(grad), np.asarray(want_grad), atol=1e-6
+        )
     best = {name: float("inf") for name in steps}
     for _ in range(args.rounds):
         for name, step in steps.items():
             start = time.perf_counter()
             for _ in range(args.repeats):
                 float(step()[0])
-            best[name] = min(best[name], (time.perf_counter() - start) / args.repeats)
-    print(f"logits [{args.batch}, {args.length}, {args.vocab}] float32, forward + "
-          f"backward, XLA {args.jit}; best of {args.rounds} rounds x {args.repeats}; all three "
-          "agree (loss 1e-5, gradient 1e-6)")
+            best[name] = min(
+                best[name], (time.perf_counter() - start) / args.repeats
+            )
+    print(
+        f"logits [{args.batch}, {args.length}, {args.vocab}] float32, forward "
+        f"+ "
+        f"backward, XLA {args.jit}; best of {args.rounds} rounds x "
+        f"{args.repeats}; all three "
+        "agree (loss 1e-5, gradient 1e-6)"
+    )
     for name, seconds in best.items():
-        print(f"{name:7} {seconds * 1e3:7.1f} ms   {best[name] / best['tfattn']:.2f}x tfattn's time")
+        print(
+            f"{name:7} {seconds * 1e3:7.1f} ms   "
+            f"{best[name] / best['tfattn']:.2f}x tfattn's time"
+        )
 
 
 if __name__ == "__main__":

@@ -39,16 +39,25 @@ from tfattn.data import sources  # noqa: E402
 
 def batches_of(hp, tokenizer, spec, count):
     dataset = make_batches(
-        sources.load_split(spec, "train").repeat(), tokenizer,
-        max_length=hp.max_train_length, batch_size=hp.batch_size,
+        sources.load_split(spec, "train").repeat(),
+        tokenizer,
+        max_length=hp.max_train_length,
+        batch_size=hp.batch_size,
         tokens_per_batch=hp.tokens_per_batch,
-        shuffle_buffer_size=hp.shuffle_buffer_size, seed=0)
+        shuffle_buffer_size=hp.shuffle_buffer_size,
+        seed=0,
+    )
     return [batch for batch in dataset.take(count).as_numpy_iterator()]
 
 
 def padding(batches):
-    stats = dict(pairs=[], target_tokens=[], target_slots=[],
-                 source_tokens=[], source_slots=[])
+    stats = dict(
+        pairs=[],
+        target_tokens=[],
+        target_slots=[],
+        source_tokens=[],
+        source_slots=[],
+    )
     for features, labels in batches:
         stats["pairs"].append(labels.shape[0])
         stats["target_tokens"].append(int((labels != 0).sum()))
@@ -60,44 +69,63 @@ def padding(batches):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model_dir", required=True,
-                        help="a trained run's folder (its spm.model)")
+    parser.add_argument(
+        "--model_dir",
+        required=True,
+        help="a trained run's folder (its spm.model)",
+    )
     parser.add_argument("--manual_dir", required=True)
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--hparams", default="multi30k")
-    parser.add_argument("--before", default="tokens_per_batch=4096",
-                        help="overrides of the first setting")
-    parser.add_argument("--after", default="",
-                        help="overrides of the second setting")
+    parser.add_argument(
+        "--before",
+        default="tokens_per_batch=4096",
+        help="overrides of the first setting",
+    )
+    parser.add_argument(
+        "--after", default="", help="overrides of the second setting"
+    )
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    spec = sources.parse_dataset_spec("multi30k", data_dir=args.data_dir,
-                                      manual_dir=args.manual_dir)
+    spec = sources.parse_dataset_spec(
+        "multi30k", data_dir=args.data_dir, manual_dir=args.manual_dir
+    )
     with open(os.path.join(args.model_dir, "spm.model"), "rb") as f:
         tokenizer = SubwordTokenizer(f.read())
     base = hparams.get(args.hparams)
     settings = {}
-    setups = [(name, overrides, config.parse_overrides(base, overrides))
-              for name, overrides in (("before", args.before),
-                                      ("after", args.after))]
+    setups = [
+        (name, overrides, config.parse_overrides(base, overrides))
+        for name, overrides in (("before", args.before), ("after", args.after))
+    ]
     # Every batch first: reseeding (below) clears the eager kernel cache,
-    # which deletes the tokenizer's SentencePiece resource (TRAPS.md).
-    read = {name: batches_of(hp, tokenizer, spec, args.batches)
-            for name, _, hp in setups}
+    # which deletes the tokenizer's SentencePiece resource (docs/traps.md item
+    # 10).
+    read = {
+        name: batches_of(hp, tokenizer, spec, args.batches)
+        for name, _, hp in setups
+    }
     for name, overrides, hp in setups:
         batches = read[name]
         keras.utils.set_random_seed(0)
-        trainer = training.build_trainer(tf.distribute.get_strategy(), hp,
-                                         tokenizer.vocab_size, seed=0)
-        timed = batches[:args.steps]
-        iterator = iter(tf.data.Dataset.from_generator(
-            lambda b=timed: iter(b),
-            output_signature=tf.nest.map_structure(
-                lambda x: tf.TensorSpec([None] * x.ndim, tf.as_dtype(x.dtype)),
-                timed[0])).repeat())
+        trainer = training.build_trainer(
+            tf.distribute.get_strategy(), hp, tokenizer.vocab_size, seed=0
+        )
+        timed = batches[: args.steps]
+        iterator = iter(
+            tf.data.Dataset.from_generator(
+                lambda b=timed: iter(b),
+                output_signature=tf.nest.map_structure(
+                    lambda x: tf.TensorSpec(
+                        [None] * x.ndim, tf.as_dtype(x.dtype)
+                    ),
+                    timed[0],
+                ),
+            ).repeat()
+        )
         for _ in range(2):  # Trace first.
             trainer.train_step(iterator)
         settings[name] = (overrides, padding(batches), trainer, iterator)
@@ -113,19 +141,27 @@ def main():
                 total += float(count)
             best[name] = min(best[name], time.perf_counter() - start)
             tokens[name] = total
-    print(f"{args.batches} batches; best of {args.rounds} rounds x "
-          f"{args.steps} steps")
-    print(f"{'setting':8} {'overrides':28} {'pairs':>6} {'tgt tok':>8} "
-          f"{'src pad':>8} {'tgt pad':>8} {'ms/step':>8} {'tok/s':>7}")
+    print(
+        f"{args.batches} batches; best of {args.rounds} rounds x "
+        f"{args.steps} steps"
+    )
+    print(
+        f"{'setting':8} {'overrides':28} {'pairs':>6} {'tgt tok':>8} "
+        f"{'src pad':>8} {'tgt pad':>8} {'ms/step':>8} {'tok/s':>7}"
+    )
     for name, (overrides, stats, _, _) in settings.items():
         speed = tokens[name] / best[name]
-        print(f"{name:8} {overrides or '(the set)':28} {stats['pairs']:6.0f} "
-              f"{stats['target_tokens']:8.0f} "
-              f"{1 - stats['source_tokens'] / stats['source_slots']:8.1%} "
-              f"{1 - stats['target_tokens'] / stats['target_slots']:8.1%} "
-              f"{1000 * best[name] / args.steps:8.0f} {speed:7.0f}")
-    print(f"after / before tokens/s: "
-          f"{tokens['after'] / best['after'] / (tokens['before'] / best['before']):.2f}")
+        print(
+            f"{name:8} {overrides or '(the set)':28} {stats['pairs']:6.0f} "
+            f"{stats['target_tokens']:8.0f} "
+            f"{1 - stats['source_tokens'] / stats['source_slots']:8.1%} "
+            f"{1 - stats['target_tokens'] / stats['target_slots']:8.1%} "
+            f"{1000 * best[name] / args.steps:8.0f} {speed:7.0f}"
+        )
+    ratio = (tokens["after"] / best["after"]) / (
+        tokens["before"] / best["before"]
+    )
+    print(f"after / before tokens/s: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -49,16 +49,20 @@ def worker(args):
         hparams.get("base"),
         f"num_layers={args.layers},num_units={args.units},"
         f"num_heads={args.heads},ffn_units={4 * args.units},max_length=64,"
-        f"max_train_length={args.length},vocab_size={args.vocab}")
+        f"max_train_length={args.length},vocab_size={args.vocab}",
+    )
 
     def dataset_fn(context):
         rows = args.batch // context.num_input_pipelines
         rng = np.random.default_rng(context.input_pipeline_id)
         ids = rng.integers(4, args.vocab, (3, rows, args.length))
-        inputs = {"source": ids[0].astype("int32"),
-                  "target_in": ids[1].astype("int32")}
+        inputs = {
+            "source": ids[0].astype("int32"),
+            "target_in": ids[1].astype("int32"),
+        }
         return tf.data.Dataset.from_tensors(
-            (inputs, ids[2].astype("int32"))).repeat()
+            (inputs, ids[2].astype("int32"))
+        ).repeat()
 
     keras.utils.set_random_seed(0)
     step = training.build_trainer(strategy, hp, args.vocab, seed=0).train_step
@@ -72,8 +76,14 @@ def worker(args):
             loss = step(iterator)[0]
         float(loss)
         best = min(best, time.perf_counter() - start)
-    print(json.dumps({"seconds_per_step": best / args.steps,
-                      "replicas": strategy.num_replicas_in_sync}))
+    print(
+        json.dumps(
+            {
+                "seconds_per_step": best / args.steps,
+                "replicas": strategy.num_replicas_in_sync,
+            }
+        )
+    )
 
 
 def free_ports(count):
@@ -91,11 +101,24 @@ def run_cluster(args, workers):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cores = os.cpu_count() or 1
     threads = max(1, cores // workers) if args.split_threads else 0
-    command = [sys.executable, os.path.abspath(__file__), "--worker",
-               f"--threads={threads}"] + [
-        f"--{k}={getattr(args, k)}" for k in
-        ("batch", "length", "vocab", "layers", "units", "heads", "steps",
-         "rounds")]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        f"--threads={threads}",
+    ] + [
+        f"--{k}={getattr(args, k)}"
+        for k in (
+            "batch",
+            "length",
+            "vocab",
+            "layers",
+            "units",
+            "heads",
+            "steps",
+            "rounds",
+        )
+    ]
     cluster = {"worker": [f"localhost:{p}" for p in free_ports(workers)]}
     processes = []
     try:
@@ -104,11 +127,21 @@ def run_cluster(args, workers):
             env.pop("TF_CONFIG", None)
             if workers > 1:
                 env["TF_CONFIG"] = json.dumps(
-                    {"cluster": cluster,
-                     "task": {"type": "worker", "index": index}})
-            processes.append(subprocess.Popen(
-                command, cwd=repo, env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True))
+                    {
+                        "cluster": cluster,
+                        "task": {"type": "worker", "index": index},
+                    }
+                )
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    cwd=repo,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         outputs = [p.communicate(timeout=3600) for p in processes]
     finally:
         for process in processes:
@@ -124,8 +157,9 @@ def run_cluster(args, workers):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=64,
-                        help="Global batch (sentences).")
+    parser.add_argument(
+        "--batch", type=int, default=64, help="Global batch (sentences)."
+    )
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--layers", type=int, default=3)
@@ -133,27 +167,34 @@ def main():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--split_threads", action="store_true",
-                        help="Give each worker cores / workers threads.")
-    parser.add_argument("--worker", action="store_true",
-                        help=argparse.SUPPRESS)
-    parser.add_argument("--threads", type=int, default=0,
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--split_threads",
+        action="store_true",
+        help="Give each worker cores / workers threads.",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--threads", type=int, default=0, help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.worker:
         return worker(args)
     tokens = args.batch * args.length
-    print(f"global batch {args.batch} x {args.length}, {args.layers}+"
-          f"{args.layers} layers, width {args.units}, vocabulary "
-          f"{args.vocab}; {os.cpu_count()} cores; split threads "
-          f"{args.split_threads}")
+    print(
+        f"global batch {args.batch} x {args.length}, {args.layers}+"
+        f"{args.layers} layers, width {args.units}, vocabulary "
+        f"{args.vocab}; {os.cpu_count()} cores; split threads "
+        f"{args.split_threads}"
+    )
     speeds = {}
     for workers in (1, 2):
         reports = run_cluster(args, workers)
         seconds = max(r["seconds_per_step"] for r in reports)
         speeds[workers] = tokens / seconds
-        print(f"{workers} worker(s): {1000 * seconds:6.0f} ms/step, "
-              f"{speeds[workers]:6.0f} target tokens/s")
+        print(
+            f"{workers} worker(s): {1000 * seconds:6.0f} ms/step, "
+            f"{speeds[workers]:6.0f} target tokens/s"
+        )
     print(f"two workers / one worker: {speeds[2] / speeds[1]:.2f}x")
 
 

@@ -37,7 +37,9 @@ import training as training_bench  # noqa: E402  (bench/training.py)
 
 def op_table(logdir, steps):
     """{op type: ms per step}, {folded op name: ms per step} from an xplane."""
-    path = sorted(glob.glob(os.path.join(logdir, "plugins/profile/*/*.xplane.pb")))[-1]
+    path = sorted(
+        glob.glob(os.path.join(logdir, "plugins/profile/*/*.xplane.pb"))
+    )[-1]
     space = xplane_pb2.XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
@@ -70,20 +72,28 @@ def profile(run, steps):
 
 def training_run(args):
     keras.config.set_dtype_policy(args.policy)
-    sizes = argparse.Namespace(vocab=args.vocab, length=32, units=256, layers=3,
-                               heads=4, batch=64)
-    build = (training_bench.keras_hub_model if args.model == "keras-hub"
-             else training_bench.tfattn_model)
+    sizes = argparse.Namespace(
+        vocab=args.vocab, length=32, units=256, layers=3, heads=4, batch=64
+    )
+    build = (
+        training_bench.keras_hub_model
+        if args.model == "keras-hub"
+        else training_bench.tfattn_model
+    )
     model = build(sizes)
     inputs, labels = training_bench.batches(sizes, 1)[0]
     model(inputs)
-    step = training_bench.make_step(model, keras.optimizers.Adam(1e-4), args.jit)
+    step = training_bench.make_step(
+        model, keras.optimizers.Adam(1e-4), args.jit
+    )
     return lambda: float(step(inputs, labels))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["tfattn", "keras-hub"], default="tfattn")
+    parser.add_argument(
+        "--model", choices=["tfattn", "keras-hub"], default="tfattn"
+    )
     parser.add_argument("--policy", default="float32")
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--jit", action="store_true")
@@ -99,8 +109,11 @@ def main():
     wall = (time.perf_counter() - start) / args.steps * 1e3
     by_type, by_name = profile(run, args.steps)
     total = sum(by_type.values())
-    print(f"{args.model} training step, {args.policy}, XLA {args.jit}: {wall:.0f} ms "
-          f"wall; op time summed over threads {total:.0f} ms per step")
+    print(
+        f"{args.model} training step, {args.policy}, XLA {args.jit}: "
+        f"{wall:.0f} ms "
+        f"wall; op time summed over threads {total:.0f} ms per step"
+    )
     print("\nms/step  share  op type")
     for op_type, ms in by_type.most_common(args.top):
         print(f"{ms:7.1f}  {100 * ms / total:4.1f}%  {op_type}")

@@ -1,4 +1,5 @@
-"""Training throughput: tfattn.Transformer against the same model from keras-hub layers.
+"""Training throughput: tfattn.Transformer against the same model from
+keras-hub layers.
 
 Both models: the same sizes (layers, width, heads, FFN, vocabulary), separate
 source/target embeddings and an untied output layer, post-norm, dropout 0.1,
@@ -44,24 +45,34 @@ def keras_hub_model(args):
     source = keras.Input((None,), dtype="int32", name="source")
     target_in = keras.Input((None,), dtype="int32", name="target_in")
     x = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, args.length, args.units, mask_zero=True)(source)
+        args.vocab, args.length, args.units, mask_zero=True
+    )(source)
     for _ in range(args.layers):
         x = keras_hub.layers.TransformerEncoder(
-            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6)(x)
+            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6
+        )(x)
     y = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, args.length, args.units, mask_zero=True)(target_in)
+        args.vocab, args.length, args.units, mask_zero=True
+    )(target_in)
     for _ in range(args.layers):
         y = keras_hub.layers.TransformerDecoder(
-            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6)(y, x)
+            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6
+        )(y, x)
     logits = keras.layers.Dense(args.vocab, dtype="float32")(y)
     return keras.Model({"source": source, "target_in": target_in}, logits)
 
 
 def tfattn_model(args):
     return tfattn.Transformer(
-        args.vocab, target_vocab_size=args.vocab, num_layers=args.layers,
-        num_units=args.units, num_heads=args.heads, ffn_units=4 * args.units,
-        dropout_rate=0.1, share_embeddings=False, tie_output=False,
+        args.vocab,
+        target_vocab_size=args.vocab,
+        num_layers=args.layers,
+        num_units=args.units,
+        num_heads=args.heads,
+        ffn_units=4 * args.units,
+        dropout_rate=0.1,
+        share_embeddings=False,
+        tie_output=False,
         max_length=args.length,
     )
 
@@ -83,7 +94,9 @@ def batches(args, count):
     rng = np.random.default_rng(0)
     out = []
     for _ in range(count):
-        ids = rng.integers(4, args.vocab, size=(3, args.batch, args.length)).astype("int32")
+        ids = rng.integers(
+            4, args.vocab, size=(3, args.batch, args.length)
+        ).astype("int32")
         out.append(({"source": ids[0], "target_in": ids[1]}, ids[2]))
     return out
 
@@ -95,11 +108,19 @@ def auto_policy(args):
     from tfattn import precision
 
     hp = dataclasses.replace(
-        base.HPARAMS, num_layers=args.layers, num_units=args.units,
-        num_heads=args.heads, ffn_units=4 * args.units, vocab_size=args.vocab,
-        max_length=args.length, max_train_length=args.length,
-        share_embeddings=False, tie_output=False, batch_size=args.batch,
-        tokens_per_batch=None)
+        base.HPARAMS,
+        num_layers=args.layers,
+        num_units=args.units,
+        num_heads=args.heads,
+        ffn_units=4 * args.units,
+        vocab_size=args.vocab,
+        max_length=args.length,
+        max_train_length=args.length,
+        share_embeddings=False,
+        tie_output=False,
+        batch_size=args.batch,
+        tokens_per_batch=None,
+    )
     choice = precision.choose(hp, args.vocab, args.length)
     return choice.name, choice.reason
 
@@ -108,9 +129,15 @@ def run(args, policy):
     data = batches(args, args.steps)
     steps = {}
     params = {}
-    for name, build in (("tfattn", tfattn_model), ("keras-hub", keras_hub_model)):
+    for name, build in (
+        ("tfattn", tfattn_model),
+        ("keras-hub", keras_hub_model),
+    ):
         keras.config.set_dtype_policy(
-            args.tfattn_policy if name == "tfattn" and args.tfattn_policy else policy)
+            args.tfattn_policy
+            if name == "tfattn" and args.tfattn_policy
+            else policy
+        )
         model = build(args)
         model(data[0][0])
         params[name] = model.count_params()
@@ -140,14 +167,21 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", default="float32")
-    parser.add_argument("--tfattn_policy", default="auto",
-                        help="tfattn's dtype policy: auto (train.py's "
-                        "choice here), same (keras-hub's) or a policy name")
+    parser.add_argument(
+        "--tfattn_policy",
+        default="auto",
+        help="tfattn's dtype policy: auto (train.py's "
+        "choice here), same (keras-hub's) or a policy name",
+    )
     parser.add_argument("--jit", action="store_true")
     args = parser.parse_args()
-    print(f"batch {args.batch} x {args.length}, {args.layers}+{args.layers} layers, width "
-          f"{args.units}, vocab {args.vocab}; XLA {args.jit}; best of {args.rounds} "
-          f"rounds x {args.steps} steps")
+    print(
+        f"batch {args.batch} x {args.length}, {args.layers}+{args.layers} "
+        f"layers, width "
+        f"{args.units}, vocab {args.vocab}; XLA {args.jit}; best of "
+        f"{args.rounds} "
+        f"rounds x {args.steps} steps"
+    )
     if args.tfattn_policy == "same":
         args.tfattn_policy = None
     elif args.tfattn_policy == "auto":
@@ -155,11 +189,18 @@ def main():
         print(f"tfattn policy: {args.tfattn_policy} (auto: {reason})")
     for policy in args.policies.split(","):
         speed, params = run(args, policy)
-        label = (policy if args.tfattn_policy in (None, policy)
-                 else f"{args.tfattn_policy} vs {policy}")
-        print(f"{label:15} tfattn {speed['tfattn']:7.0f} tok/s ({params['tfattn'] / 1e6:.1f}M)"
-              f"  keras-hub {speed['keras-hub']:7.0f} tok/s ({params['keras-hub'] / 1e6:.1f}M)"
-              f"  ratio {speed['tfattn'] / speed['keras-hub']:.2f}")
+        label = (
+            policy
+            if args.tfattn_policy in (None, policy)
+            else f"{args.tfattn_policy} vs {policy}"
+        )
+        print(
+            f"{label:15} tfattn {speed['tfattn']:7.0f} tok/s "
+            f"({params['tfattn'] / 1e6:.1f}M)"
+            f"  keras-hub {speed['keras-hub']:7.0f} tok/s "
+            f"({params['keras-hub'] / 1e6:.1f}M)"
+            f"  ratio {speed['tfattn'] / speed['keras-hub']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ hparams, vocabulary and batch shape. Rows:
 """
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -47,6 +48,7 @@ def _hparams(name, overrides):
     import hparams
 
     from tfattn import config
+
     return config.parse_overrides(hparams.get(name), overrides)
 
 
@@ -58,12 +60,19 @@ def child(name, overrides, vocab, rows, length, policy):
     from tfattn import training
 
     hp = _hparams(name, overrides)
-    ids = np.random.default_rng(0).integers(
-        4, vocab, (3, rows, length)).astype("int32")
+    ids = (
+        np.random.default_rng(0)
+        .integers(4, vocab, (3, rows, length))
+        .astype("int32")
+    )
     batch = ({"source": ids[0], "target_in": ids[1]}, ids[2])
     trainer = training.build_trainer(
-        tf.distribute.get_strategy(), hp, vocab, seed=0,
-        mixed_precision=None if policy == "float32" else policy)
+        tf.distribute.get_strategy(),
+        hp,
+        vocab,
+        seed=0,
+        mixed_precision=None if policy == "float32" else policy,
+    )
     iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
     for _ in range(2):
         float(trainer.train_step(iterator)[0])
@@ -72,8 +81,9 @@ def child(name, overrides, vocab, rows, length, policy):
 def _peak_of(command):
     """(peak RSS bytes, stdout + stderr) of a child process."""
     with tempfile.TemporaryFile() as output:
-        process = subprocess.Popen(command, stdout=output,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT
+        )
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         output.seek(0)
@@ -87,43 +97,89 @@ def step_rows():
     from tfattn import memory
 
     for name, overrides, vocab, rows, length, policy in STEP_ROWS:
-        peak, _ = _peak_of([sys.executable, __file__, "--child", json.dumps(
-            [name, overrides, vocab, rows, length, policy])])
-        estimate = memory.training_memory(_hparams(name, overrides), vocab,
-                                          rows, length)
-        yield (f"{name} {overrides}".strip(), f"{rows} x {length}", vocab,
-               policy, peak, estimate.total)
+        peak, _ = _peak_of(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                json.dumps([name, overrides, vocab, rows, length, policy]),
+            ]
+        )
+        estimate = memory.training_memory(
+            _hparams(name, overrides),
+            vocab,
+            rows,
+            length,
+            None if policy == "float32" else policy,
+        )
+        yield (
+            f"{name} {overrides}".strip(),
+            f"{rows} x {length}",
+            vocab,
+            policy,
+            peak,
+            estimate.total,
+        )
 
 
 def train_py_rows(manual_dir):
     runs = [("base", ["--hparams=base", "--train_steps=1"])]
     if manual_dir:
-        runs.append(("multi30k", [
-            "--hparams=multi30k", "--dataset=multi30k",
-            f"--manual_dir={manual_dir}", "--train_steps=20"]))
+        runs.append(
+            (
+                "multi30k",
+                [
+                    "--hparams=multi30k",
+                    "--dataset=multi30k",
+                    f"--manual_dir={manual_dir}",
+                    "--train_steps=20",
+                ],
+            )
+        )
     for name, flags in runs:
         for policy in ("off", "auto"):
             with tempfile.TemporaryDirectory() as directory:
-                peak, text = _peak_of([
-                    sys.executable, os.path.join(_repo.ROOT, "train.py"),
-                    *flags, "--samples=0", "--progress_bar=false",
-                    f"--model_dir={directory}/run",
-                    f"--data_dir={directory}/tfds",
-                    f"--mixed_precision={policy}"])
-            found = re.search(r"Memory: about ([0-9.,]+) GiB .*?for batches "
-                              r"of ([0-9,]+ x \d+) tokens", text)
+                peak, text = _peak_of(
+                    [
+                        sys.executable,
+                        os.path.join(_repo.ROOT, "train.py"),
+                        *flags,
+                        "--samples=0",
+                        "--progress_bar=false",
+                        f"--model_dir={directory}/run",
+                        f"--data_dir={directory}/tfds",
+                        f"--mixed_precision={policy}",
+                    ]
+                )
+            found = re.search(
+                r"Memory: about ([0-9.,]+) GiB .*?for batches "
+                r"of ([0-9,]+ x \d+) tokens",
+                text,
+            )
             chosen = re.search(r"Precision: (\S+),", text)
             estimate = float(found.group(1).replace(",", "")) * 2**30
-            yield (f"train.py {name}", found.group(2), "-",
-                   chosen.group(1) if chosen else policy, peak, estimate)
+            yield (
+                f"train.py {name}",
+                found.group(2),
+                "-",
+                chosen.group(1) if chosen else policy,
+                peak,
+                estimate,
+            )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--train_py", action="store_true",
-                        help="Also measure whole train.py runs.")
-    parser.add_argument("--manual_dir", default=None,
-                        help="Multi30k's raw files, for the multi30k run.")
+    parser.add_argument(
+        "--train_py",
+        action="store_true",
+        help="Also measure whole train.py runs.",
+    )
+    parser.add_argument(
+        "--manual_dir",
+        default=None,
+        help="Multi30k's raw files, for the multi30k run.",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -131,18 +187,28 @@ def main():
         return
     from tfattn import memory
 
-    print(f"| run | batch | vocab | policy | peak RSS GiB | estimate GiB "
-          f"| peak / estimate |\n|---|---|---:|---|---:|---:|---:|")
-    rows = list(step_rows())
+    print(
+        "| run | batch | vocab | policy | peak RSS GiB | estimate GiB "
+        "| peak / estimate |\n|---|---|---:|---|---:|---:|---:|"
+    )
+    measured = step_rows()
     if args.train_py:
-        rows += list(train_py_rows(args.manual_dir))
-    for name, shape, vocab, policy, peak, estimate in rows:
-        print(f"| {name} | {shape} | {vocab} | {policy} | "
-              f"{peak / 2**30:.2f} | {estimate / 2**30:.2f} | "
-              f"{peak / estimate:.2f} |", flush=True)
+        measured = itertools.chain(measured, train_py_rows(args.manual_dir))
+    rows = []
+    for row in measured:  # Each row as soon as it is measured.
+        rows.append(row)
+        name, shape, vocab, policy, peak, estimate = row
+        print(
+            f"| {name} | {shape} | {vocab} | {policy} | "
+            f"{peak / 2**30:.2f} | {estimate / 2**30:.2f} | "
+            f"{peak / estimate:.2f} |",
+            flush=True,
+        )
     ratios = [peak / estimate for *_, peak, estimate in rows]
-    print(f"\npeak / estimate from {min(ratios):.2f} to {max(ratios):.2f} "
-          f"(stated: within {memory.STATED_FACTOR}x either way)")
+    print(
+        f"\npeak / estimate from {min(ratios):.2f} to {max(ratios):.2f} "
+        f"(stated: within {memory.STATED_FACTOR}x either way)"
+    )
 
 
 if __name__ == "__main__":

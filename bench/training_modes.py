@@ -44,16 +44,23 @@ def make_batches(args, count):
     batches = []
     for _ in range(count):
         ids = rng.integers(4, args.vocab, (3, args.batch, args.length))
-        lengths = rng.integers(args.length // 2, args.length + 1,
-                               (2, args.batch, 1))
+        lengths = rng.integers(
+            args.length // 2, args.length + 1, (2, args.batch, 1)
+        )
         positions = np.arange(args.length)
         source = np.where(positions < lengths[0], ids[0], 0)
         target = np.where(positions < lengths[1], ids[1], 0)
         target[:, 0] = 2  # BOS
         labels = np.where(positions < lengths[1], ids[2], 0)
-        batches.append(({"source": source.astype("int32"),
-                         "target_in": target.astype("int32")},
-                        labels.astype("int32")))
+        batches.append(
+            (
+                {
+                    "source": source.astype("int32"),
+                    "target_in": target.astype("int32"),
+                },
+                labels.astype("int32"),
+            )
+        )
     return batches
 
 
@@ -75,7 +82,8 @@ def main():
         f"num_layers={args.layers},num_units={args.units},"
         f"num_heads={args.heads},ffn_units={4 * args.units},"
         f"max_length={max(args.length, 64)},max_train_length={args.length},"
-        f"vocab_size={args.vocab}")
+        f"vocab_size={args.vocab}",
+    )
     batches = make_batches(args, args.steps)
     strategy = tf.distribute.get_strategy()
     steps = {}
@@ -84,20 +92,29 @@ def main():
         mixed_precision, jit = MODES[name]
         keras.utils.set_random_seed(0)
         model, _, _, step = training.build_trainer(
-            strategy, hp, args.vocab, seed=0,
-            mixed_precision=mixed_precision, jit_compile=jit)
+            strategy,
+            hp,
+            args.vocab,
+            seed=0,
+            mixed_precision=mixed_precision,
+            jit_compile=jit,
+        )
         params = params or model.count_params()
-        iterator = iter(tf.data.Dataset.from_tensor_slices(
-            tf.nest.map_structure(lambda *x: np.stack(x), *batches)
-        ).repeat())
+        iterator = iter(
+            tf.data.Dataset.from_tensor_slices(
+                tf.nest.map_structure(lambda *x: np.stack(x), *batches)
+            ).repeat()
+        )
         for _ in range(2):  # Trace (and compile) first.
             step(iterator)
         steps[name] = (step, iterator)
 
-    print(f"{params / 1e6:.1f}M parameters, {args.layers}+{args.layers} "
-          f"layers, width {args.units}, batch {args.batch} x {args.length}, "
-          f"vocabulary {args.vocab}; best of {args.rounds} rounds x "
-          f"{args.steps} steps")
+    print(
+        f"{params / 1e6:.1f}M parameters, {args.layers}+{args.layers} "
+        f"layers, width {args.units}, batch {args.batch} x {args.length}, "
+        f"vocabulary {args.vocab}; best of {args.rounds} rounds x "
+        f"{args.steps} steps"
+    )
     best = {name: float("inf") for name in steps}
     tokens = {}
     for _ in range(args.rounds):
@@ -116,8 +133,10 @@ def main():
     for name, seconds in best.items():
         speed = tokens[name] / seconds
         ratio = f"{speed / base:.2f}x" if base else "-"
-        print(f"{name:22} {1000 * seconds / args.steps:8.0f} {speed:9.0f} "
-              f"{ratio:>10}")
+        print(
+            f"{name:22} {1000 * seconds / args.steps:8.0f} {speed:9.0f} "
+            f"{ratio:>10}"
+        )
 
 
 if __name__ == "__main__":

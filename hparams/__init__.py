@@ -3,7 +3,7 @@
 - `tiny`: a few-second model for tests and the generated numbers task;
 - `base`, `big`: "Attention Is All You Need", Table 3 base and big;
 - `reference_2017`, `reference_2019`: exactly the hyperparameters of
-  Kyubyong/transformer's 2017 and 2019 code (REFERENCE_SPEC §1.8, §2.10);
+  Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
 - `multi30k`: a model sized for the 29,000 pairs of Multi30k, trained in
   about 2 hours on 2 CPU cores;
 - `multi30k_reference`: the published 41.0-BLEU recipe of the same

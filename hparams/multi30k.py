@@ -1,8 +1,9 @@
 """A model sized for Multi30k (29,000 English-German caption pairs).
 
 The architecture of the published 41.02-BLEU en->de reference point
-(`shared/data/multi30k/README.md`: Wu et al. 2021, a 4+4-layer Transformer
-with d_model 128, FFN 256 and 4 heads; its recipe is `multi30k_reference`),
+(Wu et al. 2021's text-only baseline, LividWo/Revisit-MMT
+`README-baseline.md`: a 4+4-layer Transformer with d_model 128, FFN 256 and
+4 heads; its recipe is `multi30k_reference`),
 with a joint 8,000-piece BPE vocabulary, trained for 3,200 steps of about
 4,096 padded tokens (about 3,700 target tokens), i.e. about 30 passes over
 the training split, so that everything (vocabulary, training, evaluation,
@@ -53,5 +54,6 @@ HPARAMS = dataclasses.replace(
     # Decoding.
     beam_size=5,  # Beam 5, as the published reference point...
     decode_alpha=1.0,  # ...length penalty 1.0 (val: +0.2 over 0.6)...
-    average_checkpoints=3,  # ...on the average of steps 2,400-3,200 (val: +0.3).
+    average_checkpoints=3,  # ...on the average of steps 2,400-3,200
+                            # (val: +0.3).
 )

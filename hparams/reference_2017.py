@@ -1,4 +1,4 @@
-"""Kyubyong/transformer's 2017 code (`hyperparams.py`, REFERENCE_SPEC §1.8).
+"""Kyubyong/transformer's 2017 code (`hyperparams.py`, docs/reference.md §1.8).
 
 Every value the reference sets is copied: batch_size 32, lr 0.0001
 (constant, Adam 0.9/0.98/1e-8, §1.7), maxlen 10, hidden_units 512,
@@ -30,7 +30,8 @@ HPARAMS = HParams(
     max_length=10,  # maxlen = 10 (tokens incl. </S>; the PE table size).
     share_embeddings=False,  # Separate de and en embeddings.
     tie_output=False,  # Output Dense with bias, untied.
-    embeddings_initializer="glorot_uniform",  # xavier_initializer, as the 2017 code.
+    embeddings_initializer="glorot_uniform",  # xavier_initializer, as the
+                                              # 2017 code.
     vocab_size=18559,  # Union of the min_cnt=20 word vocabularies (above).
     tokenizer_model_type="word",  # Whitespace words, not subwords.
     # Training.

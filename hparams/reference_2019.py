@@ -1,4 +1,4 @@
-"""Kyubyong/transformer's 2019 code (`hparams.py`, REFERENCE_SPEC §2.10).
+"""Kyubyong/transformer's 2019 code (`hparams.py`, docs/reference.md §2.10).
 
 Every value the reference sets is copied: vocab_size 32000 (one joint
 sentencepiece BPE model), batch_size 128, lr 0.0003 as the peak of
@@ -25,7 +25,8 @@ HPARAMS = HParams(
     max_length=100,  # --maxlen1 = --maxlen2 = 100 (the PE table).
     share_embeddings=True,  # One joint embedding matrix...
     tie_output=True,  # ...also used as the output projection (Eᵀ).
-    embeddings_initializer="glorot_uniform",  # xavier_initializer, as the 2019 code.
+    embeddings_initializer="glorot_uniform",  # xavier_initializer, as the
+                                              # 2019 code.
     vocab_size=32000,  # --vocab_size 32000.
     tokenizer_model_type="bpe",  # prepro.py: --model_type=bpe.
     # Training.

@@ -22,12 +22,26 @@ import tempfile
 
 import keras
 import numpy as np
+import pytest
 
 # float32's machine epsilon. Two float32 sums of n terms taken in different
 # orders (another oneDNN blocking on AVX2, AVX-512 or AMX; replicas summing
 # halves that an all-reduce adds) differ by at most about n * EPS relative to
 # the sum of the terms' magnitudes.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+# The block and model configurations every layer test covers: (flavor,
+# normalize_first). The contract tests run the first always, the rest with
+# the slow tests.
+SETUPS = [
+    ("paper", False),
+    ("paper", True),
+    ("reference_2017", False),
+    ("reference_2019", False),
+]
+CONTRACT_SETUPS = [SETUPS[0]] + [
+    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]
+]
 
 
 def _as_list(x):
@@ -40,7 +54,9 @@ def assert_config_round_trip(layer):
     assert json.dumps(clone.get_config(), sort_keys=True) == json.dumps(
         config, sort_keys=True
     )
-    serialized = json.loads(json.dumps(keras.saving.serialize_keras_object(layer)))
+    serialized = json.loads(
+        json.dumps(keras.saving.serialize_keras_object(layer))
+    )
     revived = keras.saving.deserialize_keras_object(serialized)
     assert type(revived) is type(layer)
     assert json.dumps(revived.get_config(), sort_keys=True) == json.dumps(
@@ -102,8 +118,13 @@ def run_layer_test(
     if run_fit and model.trainable_weights:
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         start = [w.numpy().copy() for w in model.trainable_weights]
-        model.fit(inputs, np.ones_like(before), batch_size=len(before),
-                  epochs=1, verbose=0)
+        model.fit(
+            inputs,
+            np.ones_like(before),
+            batch_size=len(before),
+            epochs=1,
+            verbose=0,
+        )
         moved = [
             not np.array_equal(a, w.numpy())
             for a, w in zip(start, model.trainable_weights)
@@ -126,8 +147,9 @@ def _save_and_reload(model):
         return keras.saving.load_model(path)
 
 
-def assert_keras_file_round_trip(layer_cls, init_kwargs, input_data,
-                                 call_kwargs=None, atol=1e-6, seed=1):
+def assert_keras_file_round_trip(
+    layer_cls, init_kwargs, input_data, call_kwargs=None, atol=1e-6, seed=1
+):
     """A model holding the layer saves to `.keras` and reloads with
     identical outputs.
 
@@ -181,16 +203,21 @@ def norm_params(layer):
 
 def ffn_numpy(x, feed_forward):
     """A `FeedForward` layer's ReLU network in NumPy, from its weights."""
-    (w1, b1), (w2, b2) = (dense_params(feed_forward.inner_dense),
-                          dense_params(feed_forward.outer_dense))
+    (w1, b1), (w2, b2) = (
+        dense_params(feed_forward.inner_dense),
+        dense_params(feed_forward.outer_dense),
+    )
     return np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
 
 
 def attention_params(attention):
     """A MultiHeadAttention's weights in `tests/reference_numpy`'s names."""
     params = {}
-    for key, dense in (("q", attention.query_dense), ("k", attention.key_dense),
-                       ("v", attention.value_dense)):
+    for key, dense in (
+        ("q", attention.query_dense),
+        ("k", attention.key_dense),
+        ("v", attention.value_dense),
+    ):
         params["w" + key], params["b" + key] = dense_params(dense)
     if attention.flavor == "paper":
         params["wo"], params["bo"] = dense_params(attention.output_dense)
@@ -212,8 +239,9 @@ def random_keras_attention(query, value, rng, scale=0.3, **kwargs):
 def assert_same_attention(theirs, ours, query, value, **call):
     """Two attention layers give the same outputs (1e-5) and scores (1e-6)
     for one call; returns tfattn's (outputs, scores) as arrays."""
-    want, want_scores = theirs(query, value, return_attention_scores=True,
-                               **call)
+    want, want_scores = theirs(
+        query, value, return_attention_scores=True, **call
+    )
     got, scores = ours(query, value, return_attention_scores=True, **call)
     assert scores.shape == want_scores.shape
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
@@ -226,15 +254,18 @@ def load_keras_attention_weights(ours, theirs):
     EinsumDense weights, written from Keras's layout: kernels (C, H, d) ->
     (C, H·d), biases (H, d) -> (H·d), the output kernel (H, d_v, O) ->
     (H·d_v, O); the gate's as the value's."""
-    pairs = [(ours.query_dense, theirs._query_dense),
-             (ours.key_dense, theirs._key_dense),
-             (ours.value_dense, theirs._value_dense),
-             (ours.output_dense, theirs._output_dense)]
+    pairs = [
+        (ours.query_dense, theirs._query_dense),
+        (ours.key_dense, theirs._key_dense),
+        (ours.value_dense, theirs._value_dense),
+        (ours.output_dense, theirs._output_dense),
+    ]
     if ours.use_gate:
         pairs.append((ours.gate_dense, theirs._gate_dense))
     for mine, keras_part in pairs:
-        mine.kernel.assign(np.reshape(keras_part.kernel.numpy(),
-                                      mine.kernel.shape))
+        mine.kernel.assign(
+            np.reshape(keras_part.kernel.numpy(), mine.kernel.shape)
+        )
         if mine.bias is not None:
             mine.bias.assign(np.reshape(keras_part.bias.numpy(), [-1]))
 
@@ -246,7 +277,11 @@ def copy_to_keras_attention(twin, attention):
     h = attention.num_heads
     d = attention.units // h
     weights = []
-    for dense in (attention.query_dense, attention.key_dense, attention.value_dense):
+    for dense in (
+        attention.query_dense,
+        attention.key_dense,
+        attention.value_dense,
+    ):
         kernel, bias = dense_params(dense)
         weights += [kernel.reshape(-1, h, d), bias.reshape(h, d)]
     kernel, bias = dense_params(attention.output_dense)

@@ -1,7 +1,8 @@
 """Independent NumPy reference (test oracle) for the ``tfattn`` library.
 
-Written only from ``shared/reference/REFERENCE_SPEC.md`` (sections 1.1-1.7,
-2.1-2.9, 3 and 5) and the Transformer paper; it deliberately does not import
+Written only from the referenced code's semantics (``docs/reference.md``,
+sections 1.1-1.7, 2.1-2.9, 3 and 5) and the Transformer paper; it
+deliberately does not import
 TensorFlow or any ``tfattn`` code.
 
 Conventions
@@ -14,7 +15,8 @@ Conventions
   ``P + 256``. Masked weights are still exactly 0 whenever some entry of the
   row is unmasked, but G2c's ADDITIVE mask equals replacement only for scores
   <= 128 (a fully masked row is uniform only then).
-* Kernels in ``params`` are shaped ``(in_dim, num_units)``; biases ``(num_units,)``.
+* Kernels in ``params`` are shaped ``(in_dim, num_units)``; biases
+  ``(num_units,)``.
   A missing or ``None`` bias means "no bias".
 * Head ``i`` always uses projection channels ``[i*d, (i+1)*d)`` with
   ``d = num_units // num_heads``.
@@ -25,7 +27,7 @@ Conventions
 import numpy as np
 
 #: Mask constant of both generations: float32(-2**32 + 1) == -4294967296.0.
-P = np.float32(-(2.0 ** 32) + 1)
+P = np.float32(-(2.0**32) + 1)
 
 #: Large negative used by the paper-style attention (Keras-like masking).
 PAPER_NEG = np.float32(-1e9)
@@ -81,7 +83,8 @@ def _nhqk_to_stacked(a):
 
 
 def _causal_replace(s):
-    """Replace entries above the diagonal of the last two axes by P (1.4.6 / 2.4.3)."""
+    """Replace entries above the diagonal of the last two axes by P (1.4.6 /
+    2.4.3)."""
     t_q, t_k = s.shape[-2], s.shape[-1]
     tril = np.tril(np.ones((t_q, t_k), dtype=np.float32))
     return np.where(tril[None] == 0, P, s).astype(np.float32)
@@ -109,8 +112,9 @@ def layer_norm(x, gamma, beta, epsilon=1e-8):
 # ---------------------------------------------------------------------------
 # 1.4 G1b multihead attention (commit ed2deb8)
 # ---------------------------------------------------------------------------
-def mha_reference_2017(queries, keys, params, num_heads, causality=False,
-                       dropout_mask=None):
+def mha_reference_2017(
+    queries, keys, params, num_heads, causality=False, dropout_mask=None
+):
     """G1b ``multihead_attention`` (spec 1.4, commit ed2deb8; also 3, 5).
 
     queries [N, T_q, C_q], keys [N, T_k, C_k]; V is projected from ``keys``.
@@ -136,9 +140,9 @@ def mha_reference_2017(queries, keys, params, num_heads, causality=False,
     h = int(num_heads)
 
     # 1. projections (ReLU, bias)
-    q = _dense(queries, params['wq'], params.get('bq'), relu=True)
-    k = _dense(keys, params['wk'], params.get('bk'), relu=True)
-    v = _dense(keys, params['wv'], params.get('bv'), relu=True)
+    q = _dense(queries, params["wq"], params.get("bq"), relu=True)
+    k = _dense(keys, params["wk"], params.get("bk"), relu=True)
+    v = _dense(keys, params["wv"], params.get("bv"), relu=True)
 
     # 2. head split, head-major
     q_ = _split_heads_head_major(q, h)
@@ -150,8 +154,10 @@ def mha_reference_2017(queries, keys, params, num_heads, causality=False,
     s = (s / np.float32(k_.shape[-1] ** 0.5)).astype(np.float32)
 
     # 5. key mask from the raw keys (G1b: sign of sum of abs), replace by P
-    key_mask = np.sign(np.sum(np.abs(keys), axis=-1)).astype(np.float32)  # [N,T_k]
-    key_mask = np.tile(key_mask, (h, 1))                                   # [hN,T_k]
+    key_mask = np.sign(np.sum(np.abs(keys), axis=-1)).astype(
+        np.float32
+    )  # [N,T_k]
+    key_mask = np.tile(key_mask, (h, 1))  # [hN,T_k]
     key_mask = np.broadcast_to(key_mask[:, None, :], s.shape)
     s = np.where(key_mask == 0, P, s).astype(np.float32)
 
@@ -163,8 +169,10 @@ def mha_reference_2017(queries, keys, params, num_heads, causality=False,
     a = _softmax(s, axis=-1)
 
     # 8. query mask after softmax (raw queries, G1b sign of sum of abs)
-    query_mask = np.sign(np.sum(np.abs(queries), axis=-1)).astype(np.float32)  # [N,T_q]
-    query_mask = np.tile(query_mask, (h, 1))[:, :, None]                        # [hN,T_q,1]
+    query_mask = np.sign(np.sum(np.abs(queries), axis=-1)).astype(
+        np.float32
+    )  # [N,T_q]
+    query_mask = np.tile(query_mask, (h, 1))[:, :, None]  # [hN,T_q,1]
     a = (a * query_mask).astype(np.float32)
     weights = _stacked_to_nhqk(a, h)
 
@@ -181,15 +189,16 @@ def mha_reference_2017(queries, keys, params, num_heads, causality=False,
 
     # 12-14. no W^O; residual with raw queries; layer norm
     o = (o + queries).astype(np.float32)
-    out = layer_norm(o, params['gamma'], params['beta'], epsilon=1e-8)
+    out = layer_norm(o, params["gamma"], params["beta"], epsilon=1e-8)
     return out, weights
 
 
 # ---------------------------------------------------------------------------
 # 2.4-2.5 G2c multihead attention (commit fb023bb)
 # ---------------------------------------------------------------------------
-def mha_reference_2019(queries, keys, values, params, num_heads,
-                       key_masks=None, causality=False):
+def mha_reference_2019(
+    queries, keys, values, params, num_heads, key_masks=None, causality=False
+):
     """G2c ``multihead_attention`` + ``scaled_dot_product_attention``
     (spec 2.4-2.5, commit fb023bb; also 3, 5).
 
@@ -211,9 +220,9 @@ def mha_reference_2019(queries, keys, values, params, num_heads,
     values = _f32(values)
     h = int(num_heads)
 
-    q = _dense(queries, params['wq'], params.get('bq'))
-    k = _dense(keys, params['wk'], params.get('bk'))
-    v = _dense(values, params['wv'], params.get('bv'))
+    q = _dense(queries, params["wq"], params.get("bq"))
+    k = _dense(keys, params["wk"], params.get("bk"))
+    v = _dense(values, params["wv"], params.get("bv"))
 
     q_ = _split_heads_head_major(q, h)
     k_ = _split_heads_head_major(k, h)
@@ -221,11 +230,11 @@ def mha_reference_2019(queries, keys, values, params, num_heads,
 
     d_k = q_.shape[-1]
     s = np.matmul(q_, np.transpose(k_, (0, 2, 1))).astype(np.float32)
-    s = (s / np.float32(d_k ** 0.5)).astype(np.float32)
+    s = (s / np.float32(d_k**0.5)).astype(np.float32)
 
     if key_masks is not None:
-        km = np.asarray(key_masks).astype(np.float32)       # [N, T_k]
-        km = np.tile(km, (h, 1))[:, None, :]                # [hN, 1, T_k]
+        km = np.asarray(key_masks).astype(np.float32)  # [N, T_k]
+        km = np.tile(km, (h, 1))[:, None, :]  # [hN, 1, T_k]
         s = (s + km * P).astype(np.float32)
 
     if causality:
@@ -237,15 +246,16 @@ def mha_reference_2019(queries, keys, values, params, num_heads,
     o_ = np.matmul(a, v_).astype(np.float32)
     o = _merge_heads_head_major(o_, h)
     o = (o + queries).astype(np.float32)
-    out = layer_norm(o, params['gamma'], params['beta'], epsilon=1e-8)
+    out = layer_norm(o, params["gamma"], params["beta"], epsilon=1e-8)
     return out, weights
 
 
 # ---------------------------------------------------------------------------
 # Paper multi-head attention (Vaswani et al. 2017; spec 3 "paper" column)
 # ---------------------------------------------------------------------------
-def mha_paper(queries, keys, values, params, num_heads, attend_mask=None,
-              causality=False):
+def mha_paper(
+    queries, keys, values, params, num_heads, attend_mask=None, causality=False
+):
     """Paper multi-head attention (spec 3, "paper" column; Vaswani et al. 3.2).
 
     Linear Q/K/V projections (with bias if given), per-head scaled dot
@@ -267,9 +277,9 @@ def mha_paper(queries, keys, values, params, num_heads, attend_mask=None,
     values = _f32(values)
     h = int(num_heads)
 
-    q = _dense(queries, params['wq'], params.get('bq'))
-    k = _dense(keys, params['wk'], params.get('bk'))
-    v = _dense(values, params['wv'], params.get('bv'))
+    q = _dense(queries, params["wq"], params.get("bq"))
+    k = _dense(keys, params["wk"], params.get("bk"))
+    v = _dense(values, params["wv"], params.get("bv"))
     n, t_q, c_qk = q.shape
     t_k = k.shape[1]
     c_v = v.shape[2]
@@ -281,20 +291,21 @@ def mha_paper(queries, keys, values, params, num_heads, attend_mask=None,
     vh = v.reshape(n, t_k, h, d_v).transpose(0, 2, 1, 3)
 
     s = np.matmul(qh, np.swapaxes(kh, -1, -2)).astype(np.float32)
-    s = (s / np.float32(np.sqrt(d_k))).astype(np.float32)   # [N, h, T_q, T_k]
+    s = (s / np.float32(np.sqrt(d_k))).astype(np.float32)  # [N, h, T_q, T_k]
 
     allowed = np.ones((n, t_q, t_k), dtype=bool)
     if attend_mask is not None:
-        allowed &= np.broadcast_to(np.asarray(attend_mask, dtype=bool),
-                                   (n, t_q, t_k))
+        allowed &= np.broadcast_to(
+            np.asarray(attend_mask, dtype=bool), (n, t_q, t_k)
+        )
     if causality:
         allowed &= np.tril(np.ones((t_q, t_k), dtype=bool))[None]
     s = np.where(allowed[:, None, :, :], s, PAPER_NEG).astype(np.float32)
 
     a = _softmax(s, axis=-1)
-    o = np.matmul(a, vh).astype(np.float32)                  # [N, h, T_q, d_v]
+    o = np.matmul(a, vh).astype(np.float32)  # [N, h, T_q, d_v]
     o = o.transpose(0, 2, 1, 3).reshape(n, t_q, h * d_v)
-    out = _dense(o, params['wo'], params.get('bo'))
+    out = _dense(o, params["wo"], params.get("bo"))
     return out, a
 
 
@@ -328,7 +339,9 @@ def sinusoid_2017(T, C, zero_pad=False, scale=False):
     """
     pos = np.arange(T, dtype=np.float64)[:, None]
     j = np.arange(C)
-    angle = pos / np.power(10000.0, 2.0 * j.astype(np.float64) / float(C))[None, :]
+    angle = (
+        pos / np.power(10000.0, 2.0 * j.astype(np.float64) / float(C))[None, :]
+    )
     table = np.where(j % 2 == 0, np.sin(angle), np.cos(angle))
     if zero_pad:
         table[0, :] = 0.0
@@ -350,7 +363,7 @@ def noam_2019(init_lr, step, warmup=4000.0):
     """
     s = np.asarray(step, dtype=np.float64) + 1.0
     w = float(warmup)
-    return init_lr * w ** 0.5 * np.minimum(s * w ** -1.5, s ** -0.5)
+    return init_lr * w**0.5 * np.minimum(s * w**-1.5, s**-0.5)
 
 
 def noam_paper(d_model, step, warmup=4000.0):
@@ -362,9 +375,9 @@ def noam_paper(d_model, step, warmup=4000.0):
     """
     s = np.asarray(step, dtype=np.float64)
     w = float(warmup)
-    with np.errstate(divide='ignore'):
-        inv_sqrt = np.where(s > 0, s ** -0.5, np.inf)
-    return float(d_model) ** -0.5 * np.minimum(inv_sqrt, s * w ** -1.5)
+    with np.errstate(divide="ignore"):
+        inv_sqrt = np.where(s > 0, s**-0.5, np.inf)
+    return float(d_model) ** -0.5 * np.minimum(inv_sqrt, s * w**-1.5)
 
 
 # ---------------------------------------------------------------------------
@@ -375,18 +388,22 @@ def label_smoothing(one_hot, epsilon=0.1):
     (the full vocab, specials included). float32 like the reference."""
     y = _f32(one_hot)
     v = y.shape[-1]
-    return ((np.float32(1.0) - np.float32(epsilon)) * y
-            + np.float32(epsilon) / np.float32(v)).astype(np.float32)
+    return (
+        (np.float32(1.0) - np.float32(epsilon)) * y
+        + np.float32(epsilon) / np.float32(v)
+    ).astype(np.float32)
 
 
-def smoothed_cross_entropy(logits, labels, epsilon=0.1, pad_id=0,
-                           denom_epsilon=0.0):
+def smoothed_cross_entropy(
+    logits, labels, epsilon=0.1, pad_id=0, denom_epsilon=0.0
+):
     """Pad-excluded mean of label-smoothed softmax cross-entropy
     (spec 1.7 "Metrics and loss" with 1.6, and 2.9 "train" with 2.7).
 
     logits [..., V], labels int [...]. Per token:
     CE = -sum_v label_smoothing(one_hot(label))_v * log_softmax(logits)_v.
-    Returns sum(CE * (labels != pad_id)) / (sum(labels != pad_id) + denom_epsilon)
+    Returns sum(CE * (labels != pad_id))
+    / (sum(labels != pad_id) + denom_epsilon)
     as a Python float. denom_epsilon = 0 is G1 (spec 1.7); G2 uses 1e-7
     (spec 2.9). Computed in float64 for accuracy.
     """
@@ -396,7 +413,9 @@ def smoothed_cross_entropy(logits, labels, epsilon=0.1, pad_id=0,
     one_hot = (labels[..., None] == np.arange(v)).astype(np.float64)
     y_s = (1.0 - epsilon) * one_hot + epsilon / v
     m = np.max(logits, axis=-1, keepdims=True)
-    log_sm = logits - m - np.log(np.sum(np.exp(logits - m), axis=-1, keepdims=True))
+    log_sm = (
+        logits - m - np.log(np.sum(np.exp(logits - m), axis=-1, keepdims=True))
+    )
     ce = -np.sum(y_s * log_sm, axis=-1)
     nonpad = (labels != pad_id).astype(np.float64)
     return float(np.sum(ce * nonpad) / (np.sum(nonpad) + denom_epsilon))
@@ -409,16 +428,22 @@ def smoothed_cross_entropy(logits, labels, epsilon=0.1, pad_id=0,
 # above; 'ffn': 'w1','b1','w2','b2' (ReLU inner, linear outer) and
 # 'gamma','beta' (the LN after the residual, eps 1e-8).
 def _ffn_ln(x, ffn):
-    inner = _dense(x, ffn['w1'], ffn['b1'], relu=True)
-    return layer_norm(x + _dense(inner, ffn['w2'], ffn['b2']), ffn['gamma'],
-                      ffn['beta'], epsilon=1e-8)
+    inner = _dense(x, ffn["w1"], ffn["b1"], relu=True)
+    return layer_norm(
+        x + _dense(inner, ffn["w2"], ffn["b2"]),
+        ffn["gamma"],
+        ffn["beta"],
+        epsilon=1e-8,
+    )
 
 
 def _scaled_lookup(table, ids):
     """E[ids] * sqrt(C) with row 0 read as zeros (zero_pad, spec 1.2 / 2.2)."""
     table = _f32(table)
     e = table[ids] * np.float32(np.sqrt(table.shape[1]))
-    return np.where((ids == 0)[..., None], np.float32(0.0), e).astype(np.float32)
+    return np.where((ids == 0)[..., None], np.float32(0.0), e).astype(
+        np.float32
+    )
 
 
 def transformer_reference_2017(params, source, target_in, num_heads):
@@ -427,21 +452,26 @@ def transformer_reference_2017(params, source, target_in, num_heads):
     ('source_positions', 'target_positions') added and re-zeroed at rows
     whose embedding is all zero, blocks 'encoder' / 'decoder' (lists),
     untied output 'output_kernel', 'output_bias'. Dropout off."""
+
     def embed(table, positions, ids):
         e = _scaled_lookup(table, ids)
         keep = np.sign(np.sum(np.abs(e), axis=-1, keepdims=True))
         return ((e + _f32(positions)[: ids.shape[1]]) * keep).astype(np.float32)
 
-    x = embed(params['source_embeddings'], params['source_positions'], source)
-    for block in params['encoder']:
-        x, _ = mha_reference_2017(x, x, block['self'], num_heads)
-        x = _ffn_ln(x, block['ffn'])
-    y = embed(params['target_embeddings'], params['target_positions'], target_in)
-    for block in params['decoder']:
-        y, _ = mha_reference_2017(y, y, block['self'], num_heads, causality=True)
-        y, _ = mha_reference_2017(y, x, block['cross'], num_heads)
-        y = _ffn_ln(y, block['ffn'])
-    return _dense(y, params['output_kernel'], params['output_bias'])
+    x = embed(params["source_embeddings"], params["source_positions"], source)
+    for block in params["encoder"]:
+        x, _ = mha_reference_2017(x, x, block["self"], num_heads)
+        x = _ffn_ln(x, block["ffn"])
+    y = embed(
+        params["target_embeddings"], params["target_positions"], target_in
+    )
+    for block in params["decoder"]:
+        y, _ = mha_reference_2017(
+            y, y, block["self"], num_heads, causality=True
+        )
+        y, _ = mha_reference_2017(y, x, block["cross"], num_heads)
+        y = _ffn_ln(y, block["ffn"])
+    return _dense(y, params["output_kernel"], params["output_bias"])
 
 
 def transformer_reference_2019(params, source, target_in, num_heads):
@@ -449,25 +479,37 @@ def transformer_reference_2019(params, source, target_in, num_heads):
     source, the target and the output (logits = dec · Eᵀ with row 0 zero),
     the sinusoid zeroed where the scaled embedding element is 0, key masks
     from ids, blocks 'encoder' / 'decoder'. Dropout off."""
-    table = _f32(params['embeddings'])
+    table = _f32(params["embeddings"])
     pe = sinusoid_2019(max(source.shape[1], target_in.shape[1]), table.shape[1])
 
     def embed(ids):
         e = _scaled_lookup(table, ids)
-        return (e + np.where(e == 0, np.float32(0.0), pe[: ids.shape[1]])).astype(np.float32)
+        return (
+            e + np.where(e == 0, np.float32(0.0), pe[: ids.shape[1]])
+        ).astype(np.float32)
 
     x = embed(source)
-    for block in params['encoder']:
-        x, _ = mha_reference_2019(x, x, x, block['self'], num_heads,
-                                  key_masks=source == 0)
-        x = _ffn_ln(x, block['ffn'])
+    for block in params["encoder"]:
+        x, _ = mha_reference_2019(
+            x, x, x, block["self"], num_heads, key_masks=source == 0
+        )
+        x = _ffn_ln(x, block["ffn"])
     y = embed(target_in)
-    for block in params['decoder']:
-        y, _ = mha_reference_2019(y, y, y, block['self'], num_heads,
-                                  key_masks=target_in == 0, causality=True)
-        y, _ = mha_reference_2019(y, x, x, block['cross'], num_heads,
-                                  key_masks=source == 0)
-        y = _ffn_ln(y, block['ffn'])
-    zero_padded = np.where((np.arange(table.shape[0]) == 0)[:, None],
-                           np.float32(0.0), table)
+    for block in params["decoder"]:
+        y, _ = mha_reference_2019(
+            y,
+            y,
+            y,
+            block["self"],
+            num_heads,
+            key_masks=target_in == 0,
+            causality=True,
+        )
+        y, _ = mha_reference_2019(
+            y, x, x, block["cross"], num_heads, key_masks=source == 0
+        )
+        y = _ffn_ln(y, block["ffn"])
+    zero_padded = np.where(
+        (np.arange(table.shape[0]) == 0)[:, None], np.float32(0.0), table
+    )
     return np.matmul(y, zero_padded.T).astype(np.float32)

@@ -13,7 +13,9 @@ def _softmax(s):
 
 def test_core_matches_numpy_with_mask_bias_and_multiplier():
     rng = np.random.default_rng(0)
-    q, k, v = (rng.normal(size=(2, 3, 4, 5)).astype("float32") for _ in range(3))
+    q, k, v = (
+        rng.normal(size=(2, 3, 4, 5)).astype("float32") for _ in range(3)
+    )
     mask = rng.random((2, 1, 4, 4)) > 0.3
     bias = rng.normal(size=(2, 1, 1, 4)).astype("float32")
     mult = (rng.random((2, 1, 4, 1)) > 0.5).astype("float32")
@@ -41,7 +43,9 @@ def test_bfloat16_inputs_keep_float32_weights():
 
     q = keras.ops.cast(np.ones((1, 1, 2, 4)), "bfloat16")
     out, w = attention.scaled_dot_product_attention(q, q, q)
-    assert str(out.dtype) == "<dtype: 'bfloat16'>" or "bfloat16" in str(out.dtype)
+    assert str(out.dtype) == "<dtype: 'bfloat16'>" or "bfloat16" in str(
+        out.dtype
+    )
     assert "float32" in str(w.dtype)
 
 
@@ -49,7 +53,9 @@ def test_split_and_merge_heads_layout():
     x = np.arange(2 * 3 * 6, dtype="float32").reshape(2, 3, 6)
     heads = np.asarray(attention.split_heads(x, 3))
     assert heads.shape == (2, 3, 3, 2)
-    np.testing.assert_array_equal(heads[:, 1], x[:, :, 2:4])  # head 1 = channels 2..3
+    np.testing.assert_array_equal(
+        heads[:, 1], x[:, :, 2:4]
+    )  # head 1 = channels 2..3
     np.testing.assert_array_equal(attention.merge_heads(heads), x)
 
 
@@ -59,8 +65,10 @@ def test_query_chunks_give_the_same_outputs_and_gradients():
     from tfattn.ops import masking
 
     rng = np.random.default_rng(1)
-    q, k, v = (tf.constant(rng.normal(size=(2, 2, 7, 4)).astype("float32"))
-               for _ in range(3))
+    q, k, v = (
+        tf.constant(rng.normal(size=(2, 2, 7, 4)).astype("float32"))
+        for _ in range(3)
+    )
     pad = np.ones((2, 7), bool)
     pad[1, -2:] = False
     mask = masking.as_score_mask(padding=pad, causal=masking.causal_mask(7, 7))
@@ -71,10 +79,15 @@ def test_query_chunks_give_the_same_outputs_and_gradients():
         with tf.GradientTape() as tape:
             tape.watch([q, k, v])
             out, w = attention.scaled_dot_product_attention(
-                q, k, v, mask=mask, bias=bias, probs_multiplier=mult,
+                q,
+                k,
+                v,
+                mask=mask,
+                bias=bias,
+                probs_multiplier=mult,
                 query_chunk_size=chunk,
             )
-            loss = tf.reduce_sum(out ** 2)
+            loss = tf.reduce_sum(out**2)
         return out, w, tape.gradient(loss, [q, k, v])
 
     out, w, grads = run(None)
@@ -97,7 +110,9 @@ def test_query_chunks_give_the_same_outputs_and_gradients():
 
 def test_auto_chunking_threshold():
     assert attention._chunk_size("auto", 1024, 1024) is None
-    assert attention._chunk_size("auto", 4096, 1024) == attention.AUTO_CHUNK_SIZE
+    assert (
+        attention._chunk_size("auto", 4096, 1024) == attention.AUTO_CHUNK_SIZE
+    )
     assert attention._chunk_size(None, 8192, 8192) is None
     assert attention._chunk_size(16, 8, 8) is None  # shorter than one chunk
     assert attention._chunk_size("auto", None, 8192) is None

@@ -22,10 +22,14 @@ def _pair(shape, seed=0, value_shape=None, **kwargs):
     weights copied into tfattn's."""
     rng = np.random.default_rng(seed)
     query = rng.normal(size=shape).astype("float32")
-    value = (query if value_shape is None else
-             rng.normal(size=value_shape).astype("float32"))
-    theirs = random_keras_attention(query, value, rng, scale=0.4,
-                                    num_heads=H, **kwargs)
+    value = (
+        query
+        if value_shape is None
+        else rng.normal(size=value_shape).astype("float32")
+    )
+    theirs = random_keras_attention(
+        query, value, rng, scale=0.4, num_heads=H, **kwargs
+    )
     ours = tfattn.MultiHeadAttention(num_heads=H, **kwargs)
     ours(query, value)
     assert len(ours.weights) == len(theirs.weights)
@@ -33,14 +37,17 @@ def _pair(shape, seed=0, value_shape=None, **kwargs):
     return theirs, ours, query, value
 
 
-@pytest.mark.parametrize("shape, axes", [
-    ((2, 3, 4, 8), None),        # every middle axis, jointly
-    ((2, 3, 4, 8), (1, 2)),
-    ((2, 3, 4, 8), (2,)),        # axis 1 acts as a batch axis
-    ((2, 3, 4, 8), (-3,)),       # = (1,)
-    ((2, 3, 4, 8), (2, 1)),      # Keras keeps the given order in the scores
-    ((2, 2, 3, 2, 8), (1, 3)),
-])
+@pytest.mark.parametrize(
+    "shape, axes",
+    [
+        ((2, 3, 4, 8), None),  # every middle axis, jointly
+        ((2, 3, 4, 8), (1, 2)),
+        ((2, 3, 4, 8), (2,)),  # axis 1 acts as a batch axis
+        ((2, 3, 4, 8), (-3,)),  # = (1,)
+        ((2, 3, 4, 8), (2, 1)),  # Keras keeps the given order in the scores
+        ((2, 2, 3, 2, 8), (1, 3)),
+    ],
+)
 def test_attention_axes_as_keras(shape, axes):
     theirs, ours, query, value = _pair(shape, key_dim=3, attention_axes=axes)
     got, _ = assert_same_attention(theirs, ours, query, value)
@@ -53,21 +60,26 @@ def test_attention_axes_as_keras(shape, axes):
     np.testing.assert_allclose(clone(query, value), got, atol=1e-6)
 
 
-@pytest.mark.parametrize("mask_shape", [
-    (2, 3, 4, 3, 4),      # [B, q axes, k axes]: Keras inserts the head axis
-    (1, 1, 3, 4, 3, 4),   # with a head axis, broadcast over batch and heads
-    (3, 4, 3, 4),         # no batch axis
-])
+@pytest.mark.parametrize(
+    "mask_shape",
+    [
+        (2, 3, 4, 3, 4),  # [B, q axes, k axes]: Keras inserts the head axis
+        (1, 1, 3, 4, 3, 4),  # with a head axis, broadcast over batch and heads
+        (3, 4, 3, 4),  # no batch axis
+    ],
+)
 def test_attention_axes_masks_as_keras(mask_shape):
     """Keras's mask expansion and broadcasting for rank > 3, a query whose
     keys are all masked included (zero weights, as Keras)."""
-    theirs, ours, query, value = _pair((2, 3, 4, 8), key_dim=2,
-                                       attention_axes=(1, 2))
+    theirs, ours, query, value = _pair(
+        (2, 3, 4, 8), key_dim=2, attention_axes=(1, 2)
+    )
     rng = np.random.default_rng(3)
     mask = rng.random(mask_shape) > 0.4
     mask[..., 0, 1, :, :] = False
-    _, scores = assert_same_attention(theirs, ours, query, value,
-                                    attention_mask=mask)
+    _, scores = assert_same_attention(
+        theirs, ours, query, value, attention_mask=mask
+    )
     assert np.all(scores[..., 0, 1, :, :] == 0.0)
 
 
@@ -76,8 +88,13 @@ def test_attention_axes_with_other_key_lengths_and_a_model():
     axis equal; inside a functional model with an unknown batch size, eager
     and compiled with XLA."""
     theirs, ours, query, value = _pair(
-        (2, 3, 5, 8), value_shape=(2, 3, 7, 6), key_dim=4, value_dim=3,
-        attention_axes=(2,), output_shape=5)
+        (2, 3, 5, 8),
+        value_shape=(2, 3, 7, 6),
+        key_dim=4,
+        value_dim=3,
+        attention_axes=(2,),
+        output_shape=5,
+    )
     assert_same_attention(theirs, ours, query, value)
     q_in, v_in = keras.Input((3, 5, 8)), keras.Input((3, 7, 6))
     model = keras.Model([q_in, v_in], ours(q_in, v_in))
@@ -91,7 +108,9 @@ def test_attention_axes_keras_file_round_trip():
     x = np.random.default_rng(0).normal(size=(2, 3, 4, 8)).astype("float32")
     assert_keras_file_round_trip(
         tfattn.MultiHeadAttention,
-        dict(num_heads=H, attention_axes=(1, 2), use_gate=True), x)
+        dict(num_heads=H, attention_axes=(1, 2), use_gate=True),
+        x,
+    )
 
 
 def test_implicit_and_padding_masks_fold_with_the_inputs():
@@ -105,68 +124,89 @@ def test_implicit_and_padding_masks_fold_with_the_inputs():
     layer(x)
     flat = keep.reshape(2, 12)
     explicit = (flat[:, :, None] & flat[:, None, :]).reshape(2, 3, 4, 3, 4)
-    want, want_scores = layer(x, x, attention_mask=explicit,
-                              return_attention_scores=True)
+    want, want_scores = layer(
+        x, x, attention_mask=explicit, return_attention_scores=True
+    )
     masked = tf.identity(x)
     masked._keras_mask = tf.constant(keep)
     got, scores = layer(masked, masked, return_attention_scores=True)
     np.testing.assert_allclose(got, want, atol=1e-6)
     np.testing.assert_allclose(scores, want_scores, atol=1e-7)
     key_only = (np.ones((2, 12, 1), bool) & flat[:, None, :]).reshape(
-        2, 3, 4, 3, 4)
+        2, 3, 4, 3, 4
+    )
     np.testing.assert_allclose(
         layer(x, x, padding_mask=keep),
-        layer(x, x, attention_mask=key_only), atol=1e-6)
+        layer(x, x, attention_mask=key_only),
+        atol=1e-6,
+    )
 
 
 def test_causality_over_several_axes_is_over_the_flattened_positions():
     """NumPy: causal attention of the [B, T1·T2, C] row-major flattening."""
     rng = np.random.default_rng(6)
     x = rng.normal(size=(2, 3, 2, 4)).astype("float32")
-    layer = tfattn.MultiHeadAttention(num_heads=H, attention_axes=(1, 2),
-                                      causality=True)
+    layer = tfattn.MultiHeadAttention(
+        num_heads=H, attention_axes=(1, 2), causality=True
+    )
     _, scores = layer(x, x, return_attention_scores=True)
     flat = np.asarray(scores).reshape(2, H, 6, 6)
-    assert np.all(flat[:, :, np.triu_indices(6, 1)[0],
-                       np.triu_indices(6, 1)[1]] == 0.0)
+    assert np.all(
+        flat[:, :, np.triu_indices(6, 1)[0], np.triu_indices(6, 1)[1]] == 0.0
+    )
     np.testing.assert_allclose(flat.sum(-1), 1.0, atol=1e-6)
     lower = np.tril(np.ones((6, 6), bool)).reshape(3, 2, 3, 2)
     uncausal = tfattn.MultiHeadAttention(num_heads=H, attention_axes=(1, 2))
     uncausal(x)
     uncausal.set_weights(layer.get_weights())
-    np.testing.assert_allclose(layer(x), uncausal(x, attention_mask=lower),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        layer(x), uncausal(x, attention_mask=lower), atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(key_dim=4),
-    dict(key_dim=3, value_dim=5, use_bias=False, output_shape=6),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(key_dim=4),
+        dict(key_dim=3, value_dim=5, use_bias=False, output_shape=6),
+    ],
+)
 def test_use_gate_as_keras(kwargs):
     """Keras's gated attention: sigmoid(gate(queries)) times the heads'
     output before the output projection; with a fully masked query."""
-    theirs, ours, query, value = _pair((2, 5, 8), value_shape=(2, 6, 7),
-                                       use_gate=True, **kwargs)
+    theirs, ours, query, value = _pair(
+        (2, 5, 8), value_shape=(2, 6, 7), use_gate=True, **kwargs
+    )
     mask = np.random.default_rng(2).random((2, 5, 6)) > 0.3
     mask[1, 2] = False
     assert_same_attention(theirs, ours, query, value, attention_mask=mask)
-    assert ours.gate_dense.kernel.shape == (8, H * (kwargs.get("value_dim")
-                                                    or kwargs["key_dim"]))
+    assert ours.gate_dense.kernel.shape == (
+        8,
+        H * (kwargs.get("value_dim") or kwargs["key_dim"]),
+    )
     plain = tfattn.MultiHeadAttention(num_heads=H, **kwargs)
     plain(query, value)
     assert len(plain.weights) == len(ours.weights) - (
-        1 + kwargs.get("use_bias", True))
-    assert tfattn.MultiHeadAttention.from_config(
-        ours.get_config()).use_gate is True
+        1 + kwargs.get("use_bias", True)
+    )
+    assert (
+        tfattn.MultiHeadAttention.from_config(ours.get_config()).use_gate
+        is True
+    )
 
 
-@pytest.mark.parametrize("kwargs, shape", [
-    (dict(use_gate=True, key_dim=4), (2, 5, 8)),
-    (dict(attention_axes=(1, 2), key_dim=2), (2, 3, 4, 8)),
-    (dict(attention_axes=(2,), use_gate=True, key_dim=3, value_dim=2),
-     (2, 3, 4, 8)),
-    (dict(sliding_window=2, key_dim=4), (2, 5, 8)),
-])
+@pytest.mark.parametrize(
+    "kwargs, shape",
+    [
+        (dict(use_gate=True, key_dim=4), (2, 5, 8)),
+        (dict(attention_axes=(1, 2), key_dim=2), (2, 3, 4, 8)),
+        (
+            dict(attention_axes=(2,), use_gate=True, key_dim=3, value_dim=2),
+            (2, 3, 4, 8),
+        ),
+        (dict(sliding_window=2, key_dim=4), (2, 5, 8)),
+    ],
+)
 def test_porting_carries_axes_gate_and_window(kwargs, shape):
     theirs, _, query, value = _pair(shape, seed=8, **kwargs)
     ours = tfattn.interop.from_keras(theirs)
@@ -177,20 +217,28 @@ def test_porting_carries_axes_gate_and_window(kwargs, shape):
     mine, yours = back.get_config(), theirs.get_config()
     for name in ("attention_axes", "use_gate", "sliding_window"):
         assert mine[name] == yours[name], name
-    np.testing.assert_allclose(back(query, value), theirs(query, value),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        back(query, value), theirs(query, value), atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    (dict(attention_axes="rows"), r"`attention_axes`.*int.*'rows'"),
-    (dict(attention_axes=()), r"`attention_axes`.*non-empty.*\(\)"),
-    (dict(attention_axes=(1.5,)), r"`attention_axes`.*\(1.5,\)"),
-    (dict(attention_axes=(1,), flavor="reference_2019"),
-     r"`attention_axes`.*None in flavor 'reference_2019'"),
-    (dict(use_gate="yes"), r"`use_gate`.*bool.*'yes'"),
-    (dict(use_gate=True, flavor="reference_2017"),
-     r"`use_gate`.*False in flavor 'reference_2017'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(attention_axes="rows"), r"`attention_axes`.*int.*'rows'"),
+        (dict(attention_axes=()), r"`attention_axes`.*non-empty.*\(\)"),
+        (dict(attention_axes=(1.5,)), r"`attention_axes`.*\(1.5,\)"),
+        (
+            dict(attention_axes=(1,), flavor="reference_2019"),
+            r"`attention_axes`.*None in flavor 'reference_2019'",
+        ),
+        (dict(use_gate="yes"), r"`use_gate`.*bool.*'yes'"),
+        (
+            dict(use_gate=True, flavor="reference_2017"),
+            r"`use_gate`.*False in flavor 'reference_2017'",
+        ),
+    ],
+)
 def test_bad_axes_and_gate_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.MultiHeadAttention(num_heads=H, **kwargs)
@@ -198,10 +246,12 @@ def test_bad_axes_and_gate_arguments(kwargs, pattern):
 
 def test_bad_axes_and_rank_at_call():
     x4 = np.zeros((2, 3, 4, 8), "float32")
-    for axes, pattern in (((0,), r"between 1 and 2.*\(0,\)"),
-                          ((3,), r"batch nor the feature axis.*\(3,\)"),
-                          ((2, -2), r"distinct.*\(2, -2\)"),
-                          ((2,), None)):
+    for axes, pattern in (
+        ((0,), r"between 1 and 2.*\(0,\)"),
+        ((3,), r"batch nor the feature axis.*\(3,\)"),
+        ((2, -2), r"distinct.*\(2, -2\)"),
+        ((2,), None),
+    ):
         layer = tfattn.MultiHeadAttention(num_heads=H, attention_axes=axes)
         if pattern is None:
             layer(x4)
@@ -213,20 +263,29 @@ def test_bad_axes_and_rank_at_call():
     layer = tfattn.MultiHeadAttention(num_heads=H, attention_axes=(1, 2))
     with pytest.raises(ValueError, match=r"`keys`.*rank-4.*\(2, 12, 8\)"):
         layer(x4, np.zeros((2, 12, 8), "float32"))
-    with pytest.raises(ValueError, match=r"`attention_mask`.*\(2, 2, 3, 4, "
-                                         r"3, 4\).*\(2, 3, 3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`attention_mask`.*\(2, 2, 3, 4, "
+        r"3, 4\).*\(2, 3, 3, 4\)",
+    ):
         layer(x4, attention_mask=np.ones((2, 3, 3, 4), bool))
-    with pytest.raises(ValueError, match=r"`padding_mask`.*\(2, 3, 4\).*"
-                                         r"\(2, 12\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`padding_mask`.*\(2, 3, 4\).*"
+        r"\(2, 12\)",
+    ):
         layer(x4, padding_mask=np.ones((2, 12), bool))
     with pytest.raises(ValueError, match=r"`cache`.*rank > 3"):
         layer(x4, cache={}, cache_index=tf.constant(0))
 
 
-@pytest.mark.parametrize("shape, scores", [
-    ((None, 5, 8), (None, H, 5, 5)),
-    ((None, 3, 4, 8), (None, H, 3, 4, 3, 4)),
-])
+@pytest.mark.parametrize(
+    "shape, scores",
+    [
+        ((None, 5, 8), (None, H, 5, 5)),
+        ((None, 3, 4, 8), (None, H, 3, 4, 3, 4)),
+    ],
+)
 def test_symbolic_calls_return_the_scores(shape, scores):
     """On keras.Input tensors the layer gives (output, scores) with the
     shapes of the eager call, as Keras's layer does."""

@@ -32,18 +32,21 @@ def numpy_attention(layer, q, k, v, keep=None):
     elif layer.score == "scaled_dot":
         s = qh @ kh.swapaxes(-1, -2) / np.sqrt(kh.shape[-1])
     elif layer.score == "additive":
-        w_k = layer.key_dense.kernel.numpy()      # W
-        w_q = layer.query_dense.kernel.numpy()    # U
-        w_s = layer.score_dense.kernel.numpy()    # v
-        hidden = np.tanh((kh @ w_k)[:, :, None, :, :]
-                         + (qh @ w_q)[:, :, :, None, :])
+        w_k = layer.key_dense.kernel.numpy()  # W
+        w_q = layer.query_dense.kernel.numpy()  # U
+        w_s = layer.score_dense.kernel.numpy()  # v
+        hidden = np.tanh(
+            (kh @ w_k)[:, :, None, :, :] + (qh @ w_q)[:, :, :, None, :]
+        )
         s = (hidden @ w_s)[..., 0]
     else:  # bilinear: kᵀ W q
         w = layer.bilinear_kernel.numpy()
         s = np.einsum("bhkd,de,bhqe->bhqk", kh, w, qh)
     if keep is not None:
-        keep = np.broadcast_to(keep if keep.ndim == 3 else keep[:, None, :],
-                               (q.shape[0], q.shape[1], k.shape[1]))
+        keep = np.broadcast_to(
+            keep if keep.ndim == 3 else keep[:, None, :],
+            (q.shape[0], q.shape[1], k.shape[1]),
+        )
         keep = keep[:, None]
         s = np.where(keep, s, -np.inf)
     m = np.max(s, -1, keepdims=True)
@@ -73,22 +76,21 @@ def _padding():
     return keep
 
 
-@pytest.mark.parametrize("score", ["dot", "scaled_dot", "additive",
-                                   "bilinear"])
+@pytest.mark.parametrize("score", ["dot", "scaled_dot", "additive", "bilinear"])
 @pytest.mark.parametrize("heads", [1, 4])
 @pytest.mark.parametrize("key_value", [False, True])
 @pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
-def test_matches_numpy_from_the_formulas(score, heads, key_value, single,
-                                         masked):
+def test_matches_numpy_from_the_formulas(
+    score, heads, key_value, single, masked
+):
     q, k, v = _inputs(score, heads, key_value)
     if single:
         q = q[:, 0]
     keep = _padding() if masked else None
     layer = tfattn.Attention(score=score, num_heads=heads)
     out, w = layer(q, k, v, mask=keep, return_attention_scores=True)
-    want_out, want_w = numpy_attention(layer, q, k, k if v is None else v,
-                                       keep)
+    want_out, want_w = numpy_attention(layer, q, k, k if v is None else v, keep)
     assert out.shape == want_out.shape and w.shape == want_w.shape
     np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
     np.testing.assert_allclose(w, want_w, atol=1e-5, rtol=0)
@@ -114,10 +116,12 @@ def test_attention_mask_of_rank_3_and_causality():
 def test_dot_equals_keras_attention():
     q, k, v = _inputs("dot", 1, True)
     keep = _padding()
-    ours, w = tfattn.Attention(score="dot")(q, k, v, mask=keep,
-                                            return_attention_scores=True)
+    ours, w = tfattn.Attention(score="dot")(
+        q, k, v, mask=keep, return_attention_scores=True
+    )
     theirs, w_k = keras.layers.Attention(score_mode="dot", use_scale=False)(
-        [q, v, k], mask=[None, keep], return_attention_scores=True)
+        [q, v, k], mask=[None, keep], return_attention_scores=True
+    )
     np.testing.assert_allclose(ours, theirs, atol=1e-6)
     np.testing.assert_allclose(w, w_k, atol=1e-6)
 
@@ -156,14 +160,21 @@ def test_layer_contract_and_keras_file():
     q, k, v = _inputs("additive", 2, True)
     run_layer_test(
         tfattn.Attention,
-        dict(score="additive", units=6, num_heads=2, dropout_rate=0.1,
-             seed=1),
-        [q, k, v], (B, T_Q, 4), expected_num_trainable_weights=3,
-        run_saving=True)
+        dict(score="additive", units=6, num_heads=2, dropout_rate=0.1, seed=1),
+        [q, k, v],
+        (B, T_Q, 4),
+        expected_num_trainable_weights=3,
+        run_saving=True,
+    )
     q, k, _ = _inputs("bilinear", 1, False)
-    run_layer_test(tfattn.Attention, dict(score="bilinear"), [q[:, 0], k],
-                   (B, 8), expected_num_trainable_weights=1,
-                   run_saving=True)
+    run_layer_test(
+        tfattn.Attention,
+        dict(score="bilinear"),
+        [q[:, 0], k],
+        (B, 8),
+        expected_num_trainable_weights=1,
+        run_saving=True,
+    )
 
 
 def test_weights_are_public_and_named():
@@ -185,19 +196,26 @@ def test_dropout_only_in_training():
     assert not np.allclose(layer(q, k, training=True), layer(q, k))
 
 
-@pytest.mark.parametrize("kwargs, call, message", [
-    (dict(score="cosine"), None, "argument `score`"),
-    (dict(units=0), None, "argument `units`"),
-    (dict(num_heads=0), None, "argument `num_heads`"),
-    (dict(dropout_rate=1.5), None, "argument `dropout_rate`"),
-    (dict(score="dot"), dict(query=(B, T_Q, 6)), "argument `score`.*'dot'"),
-    (dict(num_heads=3), {}, "argument `num_heads`.*divisor"),
-    (dict(), dict(values=(B, T_K + 1, 4)), "argument `values`.*as many"),
-    (dict(), dict(mask=(B, T_K + 1)), "argument `mask`"),
-    (dict(), dict(mask=(B, T_K), mask_dtype="int32"), "argument `mask`.*bool"),
-    (dict(), dict(query=(B, 1, T_Q, 8)), "argument `query`.*rank"),
-    (dict(), dict(query=(8,)), "argument `query`.*rank"),
-])
+@pytest.mark.parametrize(
+    "kwargs, call, message",
+    [
+        (dict(score="cosine"), None, "argument `score`"),
+        (dict(units=0), None, "argument `units`"),
+        (dict(num_heads=0), None, "argument `num_heads`"),
+        (dict(dropout_rate=1.5), None, "argument `dropout_rate`"),
+        (dict(score="dot"), dict(query=(B, T_Q, 6)), "argument `score`.*'dot'"),
+        (dict(num_heads=3), {}, "argument `num_heads`.*divisor"),
+        (dict(), dict(values=(B, T_K + 1, 4)), "argument `values`.*as many"),
+        (dict(), dict(mask=(B, T_K + 1)), "argument `mask`"),
+        (
+            dict(),
+            dict(mask=(B, T_K), mask_dtype="int32"),
+            "argument `mask`.*bool",
+        ),
+        (dict(), dict(query=(B, 1, T_Q, 8)), "argument `query`.*rank"),
+        (dict(), dict(query=(8,)), "argument `query`.*rank"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, call, message):
     with pytest.raises(ValueError, match=message):
         layer = tfattn.Attention(**kwargs)
@@ -227,7 +245,7 @@ def _reverse_task(rng, n):
         length = rng.integers(3, LONGEST + 1)
         reversed_ = rng.integers(FIRST, VOCAB, length)[::-1]
         source[i, :length] = reversed_[::-1]
-        target_in[i, 0], target_in[i, 1:length + 1] = BOS, reversed_
+        target_in[i, 0], target_in[i, 1 : length + 1] = BOS, reversed_
         target_out[i, :length], target_out[i, length] = reversed_, EOS
     return source, target_in, target_out
 
@@ -238,38 +256,48 @@ def gru_encoder_decoder(units=64):
     source = keras.Input((None,), dtype="int32")
     target_in = keras.Input((None,), dtype="int32")
     embedded = keras.layers.Embedding(VOCAB, 32, mask_zero=True)(source)
-    states, last = keras.layers.GRU(units, return_sequences=True,
-                                    return_state=True)(embedded)
+    states, last = keras.layers.GRU(
+        units, return_sequences=True, return_state=True
+    )(embedded)
     decoder = keras.layers.Embedding(VOCAB, 32, mask_zero=True)(target_in)
     decoder = keras.layers.GRU(units, return_sequences=True)(
-        decoder, initial_state=last)
+        decoder, initial_state=last
+    )
     context = tfattn.Attention(score="additive")(decoder, states)
     logits = keras.layers.Dense(VOCAB)(
-        keras.layers.Concatenate()([decoder, context]))
+        keras.layers.Concatenate()([decoder, context])
+    )
     return keras.Model([source, target_in], logits)
 
 
 @pytest.mark.slow
 def test_gru_encoder_decoder_with_additive_attention_learns_to_reverse():
     keras.utils.set_random_seed(0)
-    source, target_in, target_out = _reverse_task(np.random.default_rng(0),
-                                                  6000)
+    source, target_in, target_out = _reverse_task(
+        np.random.default_rng(0), 6000
+    )
     model = gru_encoder_decoder()
-    model.compile(keras.optimizers.Adam(3e-3),
-                  keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True))
-    model.fit([source, target_in], target_out, batch_size=64, epochs=3,
-              verbose=0)
+    model.compile(
+        keras.optimizers.Adam(3e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(
+        [source, target_in], target_out, batch_size=64, epochs=3, verbose=0
+    )
     # Greedy decoding of held-out sequences, one token at a time.
-    test_source, _, test_target = _reverse_task(np.random.default_rng(1),
-                                                300)
+    test_source, _, test_target = _reverse_task(np.random.default_rng(1), 300)
     output = np.zeros((300, LONGEST + 2), "int32")
     output[:, 0] = BOS
     for t in range(LONGEST + 1):
-        logits = model.predict_on_batch([test_source, output[:, :t + 1]])
+        logits = model.predict_on_batch([test_source, output[:, : t + 1]])
         output[:, t + 1] = np.argmax(logits[:, t], -1)
     ends = np.argmax(test_target == EOS, -1)
-    exact = np.mean([np.array_equal(output[i, 1:ends[i] + 2],
-                                    test_target[i, :ends[i] + 1])
-                     for i in range(300)])
+    exact = np.mean(
+        [
+            np.array_equal(
+                output[i, 1 : ends[i] + 2], test_target[i, : ends[i] + 1]
+            )
+            for i in range(300)
+        ]
+    )
     assert exact >= 0.9

@@ -21,14 +21,17 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 SCRIPTS = sorted(
-    os.path.basename(path) for path in glob.glob(os.path.join(BENCH, "*.py"))
-    if not os.path.basename(path).startswith("_"))
+    os.path.basename(path)
+    for path in glob.glob(os.path.join(BENCH, "*.py"))
+    if not os.path.basename(path).startswith("_")
+)
 
 
 def _from_the_checkout(module):
     path = getattr(module, "__file__", None) or ""
     return path.startswith(BENCH) or path.startswith(
-        os.path.join(REPO, "hparams"))
+        os.path.join(REPO, "hparams")
+    )
 
 
 @contextlib.contextmanager
@@ -36,15 +39,21 @@ def _as_a_script(script):
     """sys.argv, sys.path and sys.modules as `python bench/SCRIPT --help`
     from the root has them, restored afterwards."""
     saved_argv, saved_path = sys.argv, sys.path
-    hidden = {name: module for name, module in sys.modules.items()
-              if _from_the_checkout(module)}
+    hidden = {
+        name: module
+        for name, module in sys.modules.items()
+        if _from_the_checkout(module)
+    }
     for name in hidden:
         del sys.modules[name]
     before = set(sys.modules)
     sys.argv = [os.path.join("bench", script), "--help"]
     sys.path = [BENCH] + [
-        p for p in saved_path if p not in ("", ".")
-        and os.path.abspath(p) not in (REPO, os.getcwd(), BENCH)]
+        p
+        for p in saved_path
+        if p not in ("", ".")
+        and os.path.abspath(p) not in (REPO, os.getcwd(), BENCH)
+    ]
     try:
         yield
     finally:

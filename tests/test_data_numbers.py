@@ -100,13 +100,20 @@ def test_deterministic_given_seed(splits):
 
 
 def test_balance_lengths_must_be_a_bool():
-    with pytest.raises(ValueError, match=r"argument `balance_lengths`.*balance_lengths='yes'"):
+    with pytest.raises(
+        ValueError, match=r"argument `balance_lengths`.*balance_lengths='yes'"
+    ):
         numbers_splits(balance_lengths="yes")
 
 
 def test_unbalanced_split_has_exactly_num_train_pairs():
-    plain = numbers_splits(seed=3, num_train=300, num_validation=50,
-                           num_test=50, balance_lengths=False)
+    plain = numbers_splits(
+        seed=3,
+        num_train=300,
+        num_validation=50,
+        num_test=50,
+        balance_lengths=False,
+    )
     assert len(plain["train"]) == len({s for s, _ in plain["train"]}) == 300
 
 

@@ -17,7 +17,11 @@ from tfattn.data import pairs_to_dataset
 from tfattn.data import train_tokenizer
 
 PAIRS = load_numbers(
-    "train", seed=0, num_train=400, num_validation=10, num_test=10,
+    "train",
+    seed=0,
+    num_train=400,
+    num_validation=10,
+    num_test=10,
     balance_lengths=False,
 )
 # A few longer, made-up pairs so that length filtering has work to do.
@@ -205,12 +209,19 @@ def test_drop_remainder_and_static_shapes(dataset, tokenizer):
     assert batches and all(b[0].shape == (8, 16) for b in batches)
 
 
-def test_a_token_budget_padded_to_max_length_keeps_its_budget(dataset,
-                                                              tokenizer):
+def test_a_token_budget_padded_to_max_length_keeps_its_budget(
+    dataset, tokenizer
+):
     """Padded to max_length, every bucket fills the budget with rows of
     max_length: short pairs must not make a batch of budget // 7 rows."""
-    ds = make_batches(dataset, tokenizer, max_length=16, tokens_per_batch=64,
-                      pad_to_max_length=True, drop_remainder=True)
+    ds = make_batches(
+        dataset,
+        tokenizer,
+        max_length=16,
+        tokens_per_batch=64,
+        pad_to_max_length=True,
+        drop_remainder=True,
+    )
     assert ds.element_spec[0]["source"].shape.as_list() == [4, 16]
     batches = _batches(ds)
     assert batches and all(b[0].shape == (4, 16) for b in batches)

@@ -1,4 +1,5 @@
-"""Tests of tfattn.Decoder (N decoder blocks; GPT-style without cross-attention).
+"""Tests of tfattn.Decoder (N decoder blocks; GPT-style without
+cross-attention).
 
 References: a stack of keras_hub.layers.TransformerDecoder blocks (plus a
 Keras LayerNormalization for pre-norm) with copied weights for the paper
@@ -11,22 +12,22 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests.harness import SETUPS
+from tests.harness import CONTRACT_SETUPS
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
 from tests.test_decoder_block import keras_hub_decoder
 from tests.harness import randomize_weights as _randomize
 
 B, T, S, C, H, F, N = 2, 5, 6, 8, 2, 16, 2
-SETUPS = [  # (flavor, normalize_first)
-    ("paper", False),
-    ("paper", True),
-    ("reference_2017", False),
-    ("reference_2019", False),
-]
 
 
 def _inputs(seed=0, length=T, width=C):
-    return np.random.default_rng(seed).normal(size=(B, length, width)).astype("float32")
+    return (
+        np.random.default_rng(seed)
+        .normal(size=(B, length, width))
+        .astype("float32")
+    )
 
 
 def _memory(zero_rows=False):
@@ -44,18 +45,22 @@ def _keep(length, pads=2):
 
 def _decoder(flavor, normalize_first=False, cross=True, num_layers=N, width=C):
     decoder = tfattn.Decoder(
-        num_layers=num_layers, num_heads=H, ffn_units=F, flavor=flavor,
-        normalize_first=normalize_first, use_cross_attention=cross, dropout_rate=0.0,
+        num_layers=num_layers,
+        num_heads=H,
+        ffn_units=F,
+        flavor=flavor,
+        normalize_first=normalize_first,
+        use_cross_attention=cross,
+        dropout_rate=0.0,
     )
     x = _inputs(width=width)
     decoder(x, _inputs(1, S, width)) if cross else decoder(x)
     _randomize(decoder)
     return decoder
+
+
 # The fast tier runs the contract of the first setup; the others are slow
 # (about a second each: a traced predict and a fit step).
-CONTRACT_SETUPS = [SETUPS[0]] + [
-    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
-
 
 
 # --------------------------------------------------------------------------
@@ -70,8 +75,15 @@ def test_layer_contract(flavor, normalize_first):
     n = 2 if normalize_first else 1
     run_layer_test(
         tfattn.Decoder,
-        dict(num_layers=n, num_heads=H, ffn_units=F, flavor=flavor,
-             normalize_first=normalize_first, dropout_rate=0.1, seed=4),
+        dict(
+            num_layers=n,
+            num_heads=H,
+            ffn_units=F,
+            flavor=flavor,
+            normalize_first=normalize_first,
+            dropout_rate=0.1,
+            seed=4,
+        ),
         [_inputs(), _memory(zero_rows=flavor == "reference_2017")],
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=n * per_block + 2 * normalize_first,
@@ -81,8 +93,13 @@ def test_layer_contract(flavor, normalize_first):
 def test_layer_contract_gpt_style():
     run_layer_test(
         tfattn.Decoder,
-        dict(num_layers=1, num_heads=H, ffn_units=F, normalize_first=True,
-             use_cross_attention=False),
+        dict(
+            num_layers=1,
+            num_heads=H,
+            ffn_units=F,
+            normalize_first=True,
+            use_cross_attention=False,
+        ),
         _inputs(),
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=16 + 2,
@@ -97,14 +114,28 @@ def test_keras_file_round_trip():
         n = 2 if normalize_first else 1
         assert_keras_file_round_trip(
             tfattn.Decoder,
-            dict(num_layers=n, num_heads=H, ffn_units=F, flavor=flavor,
-                 normalize_first=normalize_first, dropout_rate=0.1, seed=4),
-            [_inputs(), _memory(zero_rows=flavor == "reference_2017")])
+            dict(
+                num_layers=n,
+                num_heads=H,
+                ffn_units=F,
+                flavor=flavor,
+                normalize_first=normalize_first,
+                dropout_rate=0.1,
+                seed=4,
+            ),
+            [_inputs(), _memory(zero_rows=flavor == "reference_2017")],
+        )
     assert_keras_file_round_trip(
         tfattn.Decoder,
-        dict(num_layers=1, num_heads=H, ffn_units=F, normalize_first=True,
-             use_cross_attention=False),
-        _inputs())
+        dict(
+            num_layers=1,
+            num_heads=H,
+            ffn_units=F,
+            normalize_first=True,
+            use_cross_attention=False,
+        ),
+        _inputs(),
+    )
 
 
 def test_blocks_share_the_stack_arguments():
@@ -132,18 +163,28 @@ def test_paper_matches_keras_hub_stack(normalize_first, cross):
     for block in decoder.blocks:
         twin = keras_hub_decoder(block)
         if cross:
-            want = twin(want, memory, decoder_padding_mask=keep,
-                        encoder_padding_mask=memory_keep)
+            want = twin(
+                want,
+                memory,
+                decoder_padding_mask=keep,
+                encoder_padding_mask=memory_keep,
+            )
         else:
             want = twin(want, decoder_padding_mask=keep)
     if normalize_first:
         final = keras.layers.LayerNormalization(epsilon=1e-6)
         final.build((None, None, C))
-        final.set_weights([decoder.final_layer_norm.gamma.numpy(),
-                           decoder.final_layer_norm.beta.numpy()])
+        final.set_weights(
+            [
+                decoder.final_layer_norm.gamma.numpy(),
+                decoder.final_layer_norm.beta.numpy(),
+            ]
+        )
         want = final(want)
     if cross:
-        got = decoder(x, memory, padding_mask=keep, memory_padding_mask=memory_keep)
+        got = decoder(
+            x, memory, padding_mask=keep, memory_padding_mask=memory_keep
+        )
     else:
         got = decoder(x, padding_mask=keep)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
@@ -160,16 +201,20 @@ def test_future_positions_do_not_leak(flavor, normalize_first):
     base = np.asarray(decoder(x, memory))
     for t in (0, 2):  # tokens after t change
         changed = x.copy()
-        changed[:, t + 1:] = np.random.default_rng(t).normal(size=changed[:, t + 1:].shape)
+        changed[:, t + 1 :] = np.random.default_rng(t).normal(
+            size=changed[:, t + 1 :].shape
+        )
         out = np.asarray(decoder(changed, memory))
         np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6)
-        assert np.abs(out[:, t + 1:] - base[:, t + 1:]).max() > 1e-3
+        assert np.abs(out[:, t + 1 :] - base[:, t + 1 :]).max() > 1e-3
 
 
 # Every flavour with and without cross-attention is covered block by block in
 # test_decoder_block.py; here the per-block caches of a two-block stack.
-@pytest.mark.parametrize("flavor,normalize_first,cross", [
-    setup + (True,) for setup in SETUPS] + [("paper", True, False)])
+@pytest.mark.parametrize(
+    "flavor,normalize_first,cross",
+    [setup + (True,) for setup in SETUPS] + [("paper", True, False)],
+)
 def test_cached_steps_equal_the_full_pass(flavor, normalize_first, cross):
     x = _inputs()
     memory = _memory(zero_rows=flavor == "reference_2017")
@@ -177,26 +222,34 @@ def test_cached_steps_equal_the_full_pass(flavor, normalize_first, cross):
     decoder = _decoder(flavor, normalize_first, cross=cross)
     if cross:
         full = decoder(x, memory, memory_padding_mask=memory_keep)
-        cache = decoder.init_cache(B, T, memory, memory_padding_mask=memory_keep)
+        cache = decoder.init_cache(
+            B, T, memory, memory_padding_mask=memory_keep
+        )
     else:
         full = decoder(x)
         cache = decoder.init_cache(B, T)
     assert isinstance(cache, list) and len(cache) == N
     for t in range(T):
-        out, cache = decoder(x[:, t:t + 1], cache=cache, cache_index=tf.constant(t))
-        np.testing.assert_allclose(np.asarray(out)[:, 0], np.asarray(full)[:, t],
-                                   atol=1e-5, rtol=0)
+        out, cache = decoder(
+            x[:, t : t + 1], cache=cache, cache_index=tf.constant(t)
+        )
+        np.testing.assert_allclose(
+            np.asarray(out)[:, 0], np.asarray(full)[:, t], atol=1e-5, rtol=0
+        )
 
 
 def test_cached_steps_under_tf_function_trace_once():
     x, memory = _inputs(), _memory()
     decoder = _decoder("reference_2019")
     full = np.asarray(decoder(x, memory))
-    step = tf.function(lambda token, cache, index: decoder(
-        token, cache=cache, cache_index=index))
+    step = tf.function(
+        lambda token, cache, index: decoder(
+            token, cache=cache, cache_index=index
+        )
+    )
     cache = decoder.init_cache(B, T, memory)
     for t in range(T):
-        out, cache = step(x[:, t:t + 1], cache, tf.constant(t))
+        out, cache = step(x[:, t : t + 1], cache, tf.constant(t))
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)
     assert step.experimental_get_tracing_count() == 1
 
@@ -210,16 +263,25 @@ def test_gpt_style_decoder_trains():
     ids = keras.Input((length,), dtype="int32")
     x = tfattn.TokenEmbedding(vocab, 16)(ids)
     x = tfattn.PositionalEncoding(max_length=length)(x)
-    x = tfattn.Decoder(num_layers=1, num_heads=H, ffn_units=32, dropout_rate=0.0,
-                       use_cross_attention=False)(x)
+    x = tfattn.Decoder(
+        num_layers=1,
+        num_heads=H,
+        ffn_units=32,
+        dropout_rate=0.0,
+        use_cross_attention=False,
+    )(x)
     model = keras.Model(ids, keras.layers.Dense(vocab)(x))
-    model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        keras.optimizers.Adam(1e-2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     # Sequences start, step: the next token is predictable from the past.
     rng = np.random.default_rng(0)
     start, step = rng.integers(1, vocab, (32, 1)), rng.integers(1, 3, (32, 1))
     seq = 1 + (start + step * np.arange(length + 1)) % (vocab - 1)
-    losses = [float(model.train_on_batch(seq[:, :-1], seq[:, 1:])) for _ in range(12)]
+    losses = [
+        float(model.train_on_batch(seq[:, :-1], seq[:, 1:])) for _ in range(12)
+    ]
     assert losses[-1] < 0.75 * losses[0], losses
 
 
@@ -237,16 +299,22 @@ def test_memory_missing_with_cross_attention():
 
 def test_memory_unexpected_without_cross_attention():
     decoder = _decoder("paper", cross=False)
-    with pytest.raises(ValueError, match=r"`memory`.*expected None.*"
-                                         r"memory='<tensor of shape \(2, 6, 8\)>'"):
+    with pytest.raises(
+        ValueError,
+        match=r"`memory`.*expected None.*"
+        r"memory='<tensor of shape \(2, 6, 8\)>'",
+    ):
         decoder(_inputs(), _memory())
 
 
 def test_cache_of_wrong_length():
     decoder = _decoder("paper", cross=False)
     cache = decoder.init_cache(B, T)[:1]
-    with pytest.raises(ValueError, match=r"`cache`.*list of 2 per-block caches.*"
-                                         r"cache='<1 entries>'"):
+    with pytest.raises(
+        ValueError,
+        match=r"`cache`.*list of 2 per-block caches.*"
+        r"cache='<1 entries>'",
+    ):
         decoder(_inputs(length=1), cache=cache, cache_index=tf.constant(0))
     with pytest.raises(ValueError, match=r"`cache`.*list of 2 per-block.*dict"):
         decoder(_inputs(length=1), cache=cache[0], cache_index=tf.constant(0))
@@ -262,8 +330,11 @@ def test_cache_too_short_for_the_position():
 def test_cache_from_another_model_size():
     decoder = _decoder("paper", cross=False)
     cache = _decoder("paper", cross=False, width=2 * C).init_cache(B, T)
-    with pytest.raises(ValueError, match=r"`cache`.*another model size.*"
-                                         r"key shape \(2, 2, 5, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`cache`.*another model size.*"
+        r"key shape \(2, 2, 5, 8\)",
+    ):
         decoder(_inputs(length=1), cache=cache, cache_index=tf.constant(0))
 
 
@@ -273,13 +344,18 @@ def test_cache_without_cache_index():
         decoder(_inputs(length=1), cache=decoder.init_cache(B, T))
 
 
-@pytest.mark.parametrize("kwargs,pattern", [
-    (dict(num_layers=0), r"Decoder.*`num_layers`.*num_layers=0"),
-    (dict(use_cross_attention="no"), r"`use_cross_attention`.*='no'"),
-    (dict(flavor="reference_2019", normalize_first=True),
-     r"Decoder.*`normalize_first`.*normalize_first=True"),
-    (dict(attention_dropout_rate=2.0), r"`attention_dropout_rate`.*=2.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        (dict(num_layers=0), r"Decoder.*`num_layers`.*num_layers=0"),
+        (dict(use_cross_attention="no"), r"`use_cross_attention`.*='no'"),
+        (
+            dict(flavor="reference_2019", normalize_first=True),
+            r"Decoder.*`normalize_first`.*normalize_first=True",
+        ),
+        (dict(attention_dropout_rate=2.0), r"`attention_dropout_rate`.*=2.0"),
+    ],
+)
 def test_bad_constructor_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.Decoder(**kwargs)

@@ -54,16 +54,18 @@ def random_tables(seed, rows, vocab, length, scale=1.5):
     table[..., START] = MASK
     pos = rng.normal(0.0, 0.3, (length, vocab))
     cnt = rng.normal(0.0, 0.3, (length, vocab))
-    return table.astype(np.float32), pos.astype(np.float32), cnt.astype(
-        np.float32
+    return (
+        table.astype(np.float32),
+        pos.astype(np.float32),
+        cnt.astype(np.float32),
     )
 
 
 def np_log_probs(tables, row, prev2, prev1, t):
     table, pos, cnt = tables
     logits = (table[row, prev2, prev1] + pos[t] + cnt[t]).astype(np.float64)
-    return logits - np.log(np.sum(np.exp(logits - logits.max()))) - (
-        logits.max()
+    return (
+        logits - np.log(np.sum(np.exp(logits - logits.max()))) - (logits.max())
     )
 
 
@@ -268,10 +270,14 @@ def run_in_mode(fn, mode):
     return tf.function(fn, jit_compile=(mode == "jit"))()
 
 
-
-@pytest.mark.parametrize("mode", [
-    "eager", pytest.param("graph", marks=pytest.mark.slow),
-    pytest.param("jit", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "eager",
+        pytest.param("graph", marks=pytest.mark.slow),
+        pytest.param("jit", marks=pytest.mark.slow),
+    ],
+)
 def test_greedy_early_stop_and_padding(mode):
     calls = tf.Variable(0, dtype=tf.int32)
     step_fn, cache = eos_at_model([0, 2], 8, calls)
@@ -286,9 +292,14 @@ def test_greedy_early_stop_and_padding(mode):
     assert np.all(scores.numpy() <= 0.0)
 
 
-@pytest.mark.parametrize("mode", [
-    "eager", pytest.param("graph", marks=pytest.mark.slow),
-    pytest.param("jit", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "eager",
+        pytest.param("graph", marks=pytest.mark.slow),
+        pytest.param("jit", marks=pytest.mark.slow),
+    ],
+)
 def test_beam_early_stop_and_padding(mode):
     calls = tf.Variable(0, dtype=tf.int32)
     step_fn, cache = eos_at_model([0, 2], 8, calls)
@@ -427,9 +438,7 @@ def test_unknown_batch_size_in_graph(tables, search):
 
 
 def test_decodes_without_a_cache():
-    table = tf.constant(
-        np.log([[1e-9, 0.1, 0.6, 0.3]] * VOCAB), tf.float32
-    )
+    table = tf.constant(np.log([[1e-9, 0.1, 0.6, 0.3]] * VOCAB), tf.float32)
 
     def step_fn(ids, position, cache):
         return tf.gather(table, ids), cache
@@ -515,7 +524,8 @@ def test_bad_step_fn_cache_is_reported():
 def _gather_ops(concrete):
     graph_def = concrete.graph.as_graph_def()
     nodes = list(graph_def.node) + [
-        n for f in graph_def.library.function for n in f.node_def]
+        n for f in graph_def.library.function for n in f.node_def
+    ]
     return sum(n.op in ("GatherV2", "ResourceGather") for n in nodes)
 
 
@@ -532,15 +542,19 @@ def test_beam_search_reorders_only_the_cache_the_step_changes(tables):
     start = tf.fill([len(ROWS)], START)
     traced = {}
     for name, fn in (("pass", step_fn), ("rewrite", rewriting)):
-        search = tf.function(lambda s, c, fn=fn: beam_search(
-            fn, s, c, LENGTH, EOS, beam_size=3, alpha=0.6))
-        traced[name] = search.get_concrete_function(start,
-                                                    initial_cache(ROWS))
+        search = tf.function(
+            lambda s, c, fn=fn: beam_search(
+                fn, s, c, LENGTH, EOS, beam_size=3, alpha=0.6
+            )
+        )
+        traced[name] = search.get_concrete_function(start, initial_cache(ROWS))
         ids, scores = search(start, initial_cache(ROWS))
         traced[name + "_out"] = (ids.numpy(), scores.numpy())
     # One gather fewer per step: the "row" tensor's.
     assert _gather_ops(traced["rewrite"]) == _gather_ops(traced["pass"]) + 1
-    np.testing.assert_array_equal(traced["pass_out"][0],
-                                  traced["rewrite_out"][0])
-    np.testing.assert_array_equal(traced["pass_out"][1],
-                                  traced["rewrite_out"][1])
+    np.testing.assert_array_equal(
+        traced["pass_out"][0], traced["rewrite_out"][0]
+    )
+    np.testing.assert_array_equal(
+        traced["pass_out"][1], traced["rewrite_out"][1]
+    )

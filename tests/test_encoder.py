@@ -13,6 +13,8 @@ from keras import ops
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import SETUPS
+from tests.harness import CONTRACT_SETUPS
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
 from tests.test_encoder_block import keras_hub_encoder
@@ -21,16 +23,14 @@ from tests.harness import dense_params as _dense
 from tests.harness import norm_params as _ln
 
 B, T, C, H, F, N = 2, 5, 8, 2, 16, 2
-SETUPS = [  # (flavor, normalize_first)
-    ("paper", False),
-    ("paper", True),
-    ("reference_2017", False),
-    ("reference_2019", False),
-]
 
 
 def _inputs(seed=0, length=T, zero_rows=False):
-    x = np.random.default_rng(seed).normal(size=(B, length, C)).astype("float32")
+    x = (
+        np.random.default_rng(seed)
+        .normal(size=(B, length, C))
+        .astype("float32")
+    )
     if zero_rows:
         x[0, -2:] = 0.0
     return x
@@ -45,17 +45,20 @@ def _keep(length=T):
 def _encoder(flavor, normalize_first=False, num_layers=N, **kwargs):
     kwargs.setdefault("dropout_rate", 0.0)
     encoder = tfattn.Encoder(
-        num_layers=num_layers, num_heads=H, ffn_units=F, flavor=flavor,
-        normalize_first=normalize_first, **kwargs,
+        num_layers=num_layers,
+        num_heads=H,
+        ffn_units=F,
+        flavor=flavor,
+        normalize_first=normalize_first,
+        **kwargs,
     )
     encoder(_inputs())
     _randomize(encoder)
     return encoder
+
+
 # The fast tier runs the contract of the first setup; the others are slow
 # (about a second each: a traced predict and a fit step).
-CONTRACT_SETUPS = [SETUPS[0]] + [
-    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
-
 
 
 # --------------------------------------------------------------------------
@@ -72,8 +75,15 @@ def test_layer_contract(flavor, normalize_first):
     n = 2 if normalize_first else 1
     run_layer_test(
         tfattn.Encoder,
-        dict(num_layers=n, num_heads=H, ffn_units=F, flavor=flavor,
-             normalize_first=normalize_first, dropout_rate=0.1, seed=4),
+        dict(
+            num_layers=n,
+            num_heads=H,
+            ffn_units=F,
+            flavor=flavor,
+            normalize_first=normalize_first,
+            dropout_rate=0.1,
+            seed=4,
+        ),
         _inputs(zero_rows=flavor == "reference_2017"),
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=n * per_block + 2 * normalize_first,
@@ -88,14 +98,27 @@ def test_keras_file_round_trip():
         n = 2 if normalize_first else 1
         assert_keras_file_round_trip(
             tfattn.Encoder,
-            dict(num_layers=n, num_heads=H, ffn_units=F, flavor=flavor,
-                 normalize_first=normalize_first, dropout_rate=0.1, seed=4),
-            _inputs(zero_rows=flavor == "reference_2017"))
+            dict(
+                num_layers=n,
+                num_heads=H,
+                ffn_units=F,
+                flavor=flavor,
+                normalize_first=normalize_first,
+                dropout_rate=0.1,
+                seed=4,
+            ),
+            _inputs(zero_rows=flavor == "reference_2017"),
+        )
 
 
 def test_blocks_share_the_stack_arguments():
-    encoder = _encoder("paper", True, dropout_rate=0.2, attention_dropout_rate=0.05,
-                       layer_norm_epsilon=1e-5)
+    encoder = _encoder(
+        "paper",
+        True,
+        dropout_rate=0.2,
+        attention_dropout_rate=0.05,
+        layer_norm_epsilon=1e-5,
+    )
     assert [b.name for b in encoder.blocks] == ["block_0", "block_1"]
     for block in encoder.blocks:
         assert isinstance(block, tfattn.EncoderBlock)
@@ -132,7 +155,9 @@ def test_paper_matches_keras_hub_stack(normalize_first):
 def test_pre_norm_output_is_layer_normalised():
     x = _inputs() * 10.0
     encoder = _encoder("paper", True)
-    encoder.final_layer_norm.set_weights([np.ones(C, "float32"), np.zeros(C, "float32")])
+    encoder.final_layer_norm.set_weights(
+        [np.ones(C, "float32"), np.zeros(C, "float32")]
+    )
     out = np.asarray(encoder(x))
     np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(out.std(-1), 1.0, atol=1e-3)
@@ -143,15 +168,22 @@ def test_pre_norm_output_is_layer_normalised():
 def _numpy_2019_block(x, keep, block):
     params = {}
     att = block.self_attention
-    for key, dense in (("q", att.query_dense), ("k", att.key_dense),
-                       ("v", att.value_dense)):
+    for key, dense in (
+        ("q", att.query_dense),
+        ("k", att.key_dense),
+        ("v", att.value_dense),
+    ):
         params["w" + key], params["b" + key] = _dense(dense)
     params["gamma"], params["beta"] = _ln(att.layer_norm)
     h, _ = ref.mha_reference_2019(x, x, x, params, H, key_masks=~keep)
-    (w1, b1), (w2, b2) = (_dense(block.feed_forward.inner_dense),
-                          _dense(block.feed_forward.outer_dense))
+    (w1, b1), (w2, b2) = (
+        _dense(block.feed_forward.inner_dense),
+        _dense(block.feed_forward.outer_dense),
+    )
     ff = np.maximum(h @ w1 + b1, 0.0) @ w2 + b2
-    return ref.layer_norm(h + ff, *_ln(block.feed_forward_layer_norm), epsilon=1e-8)
+    return ref.layer_norm(
+        h + ff, *_ln(block.feed_forward_layer_norm), epsilon=1e-8
+    )
 
 
 def test_reference_2019_matches_numpy_stack():
@@ -160,7 +192,9 @@ def test_reference_2019_matches_numpy_stack():
     want = x
     for block in encoder.blocks:
         want = _numpy_2019_block(want, keep, block)
-    np.testing.assert_allclose(encoder(x, padding_mask=keep), want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        encoder(x, padding_mask=keep), want, atol=1e-5, rtol=0
+    )
 
 
 # --------------------------------------------------------------------------
@@ -178,12 +212,16 @@ def test_bidirectional(flavor, normalize_first):
     assert diff[:, 0].max() > 1e-3  # the first position sees the last
 
 
-@pytest.mark.parametrize("flavor,normalize_first", [("paper", False), ("paper", True),
-                                                    ("reference_2019", False)])
+@pytest.mark.parametrize(
+    "flavor,normalize_first",
+    [("paper", False), ("paper", True), ("reference_2019", False)],
+)
 def test_padding_does_not_change_real_positions(flavor, normalize_first):
     x = _inputs()
-    padded = np.concatenate([x, np.random.default_rng(5).normal(
-        size=(B, 3, C)).astype("float32")], axis=1)
+    padded = np.concatenate(
+        [x, np.random.default_rng(5).normal(size=(B, 3, C)).astype("float32")],
+        axis=1,
+    )
     keep = np.ones((B, T + 3), bool)
     keep[:, T:] = False
     encoder = _encoder(flavor, normalize_first)
@@ -200,13 +238,18 @@ def test_bert_style_encoder_trains():
     ids = keras.Input((length,), dtype="int32")
     x = tfattn.TokenEmbedding(vocab, 16)(ids)
     x = tfattn.PositionalEncoding(max_length=length)(x)
-    x = tfattn.Encoder(num_layers=1, num_heads=H, ffn_units=32, dropout_rate=0.0)(
-        x, padding_mask=ops.not_equal(ids, 0))
+    x = tfattn.Encoder(
+        num_layers=1, num_heads=H, ffn_units=32, dropout_rate=0.0
+    )(x, padding_mask=ops.not_equal(ids, 0))
     model = keras.Model(ids, keras.layers.Dense(vocab)(x))
-    model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        keras.optimizers.Adam(1e-2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     data = np.random.default_rng(0).integers(1, vocab, size=(32, length))
-    losses = [float(model.train_on_batch(data, data[:, ::-1])) for _ in range(12)]
+    losses = [
+        float(model.train_on_batch(data, data[:, ::-1])) for _ in range(12)
+    ]
     assert losses[-1] < 0.75 * losses[0], losses
 
 
@@ -216,7 +259,9 @@ def test_bert_style_encoder_trains():
 
 @pytest.mark.parametrize("value", [0, -1, 1.0, True])
 def test_bad_num_layers(value):
-    with pytest.raises(ValueError, match=rf"Encoder.*`num_layers`.*num_layers={value}"):
+    with pytest.raises(
+        ValueError, match=rf"Encoder.*`num_layers`.*num_layers={value}"
+    ):
         tfattn.Encoder(num_layers=value)
 
 

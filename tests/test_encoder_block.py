@@ -3,7 +3,7 @@
 References: keras_hub.layers.TransformerEncoder with copied weights for the
 paper flavour (post-norm and pre-norm), and NumPy compositions of
 tests/reference_numpy.py (attention and layer norm, written from
-REFERENCE_SPEC) plus a NumPy feed-forward for the reference flavours.
+docs/reference.md) plus a NumPy feed-forward for the reference flavours.
 """
 
 import keras
@@ -12,6 +12,8 @@ import pytest
 
 import tfattn
 from tests import reference_numpy as ref
+from tests.harness import SETUPS
+from tests.harness import CONTRACT_SETUPS
 from tests.harness import copy_to_keras_attention
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
@@ -22,16 +24,14 @@ from tests.harness import ffn_numpy as _ffn
 from tests.harness import attention_params as _reference_params
 
 B, T, C, H, F = 2, 5, 8, 2, 16
-SETUPS = [  # (flavor, normalize_first)
-    ("paper", False),
-    ("paper", True),
-    ("reference_2017", False),
-    ("reference_2019", False),
-]
 
 
 def _inputs(seed=0, length=T, zero_rows=False):
-    x = np.random.default_rng(seed).normal(size=(B, length, C)).astype("float32")
+    x = (
+        np.random.default_rng(seed)
+        .normal(size=(B, length, C))
+        .astype("float32")
+    )
     if zero_rows:
         x[0, -2:] = 0.0  # padding rows, as the 2017 reference finds them
     return x
@@ -46,17 +46,19 @@ def _keep(length=T):
 def _block(flavor, normalize_first=False, x=None, **kwargs):
     kwargs.setdefault("dropout_rate", 0.0)
     block = tfattn.EncoderBlock(
-        num_heads=H, ffn_units=F, flavor=flavor, normalize_first=normalize_first,
+        num_heads=H,
+        ffn_units=F,
+        flavor=flavor,
+        normalize_first=normalize_first,
         **kwargs,
     )
     block(_inputs() if x is None else x)
     _randomize(block)
     return block
+
+
 # The fast tier runs the contract of the first setup; the others are slow
 # (about a second each: a traced predict and a fit step).
-CONTRACT_SETUPS = [SETUPS[0]] + [
-    pytest.param(*setup, marks=pytest.mark.slow) for setup in SETUPS[1:]]
-
 
 
 # --------------------------------------------------------------------------
@@ -69,8 +71,14 @@ def test_layer_contract(flavor, normalize_first):
     # reference: attention 3 Dense + its LN (8) + FF (4) + FF LN (2) = 14.
     run_layer_test(
         tfattn.EncoderBlock,
-        dict(num_heads=H, ffn_units=F, flavor=flavor,
-             normalize_first=normalize_first, dropout_rate=0.1, seed=2),
+        dict(
+            num_heads=H,
+            ffn_units=F,
+            flavor=flavor,
+            normalize_first=normalize_first,
+            dropout_rate=0.1,
+            seed=2,
+        ),
         _inputs(zero_rows=flavor == "reference_2017"),
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=16 if flavor == "paper" else 14,
@@ -93,13 +101,21 @@ def test_keras_file_round_trip():
     for flavor, normalize_first in SETUPS:
         assert_keras_file_round_trip(
             tfattn.EncoderBlock,
-            dict(num_heads=H, ffn_units=F, flavor=flavor,
-                 normalize_first=normalize_first, dropout_rate=0.1, seed=2),
-            _inputs(zero_rows=flavor == "reference_2017"))
+            dict(
+                num_heads=H,
+                ffn_units=F,
+                flavor=flavor,
+                normalize_first=normalize_first,
+                dropout_rate=0.1,
+                seed=2,
+            ),
+            _inputs(zero_rows=flavor == "reference_2017"),
+        )
     assert_keras_file_round_trip(
         tfattn.EncoderBlock,
         dict(num_heads=H, ffn_units=F, flavor="reference_2019"),
-        [_inputs(), _keep()])
+        [_inputs(), _keep()],
+    )
 
 
 # --------------------------------------------------------------------------
@@ -115,8 +131,11 @@ def test_reference_2019_matches_numpy_composition():
     h, _ = ref.mha_reference_2019(
         x, x, x, _reference_params(block.self_attention), H, key_masks=~keep
     )
-    want = ref.layer_norm(h + _ffn(h, block.feed_forward),
-                          *_ln(block.feed_forward_layer_norm), epsilon=1e-8)
+    want = ref.layer_norm(
+        h + _ffn(h, block.feed_forward),
+        *_ln(block.feed_forward_layer_norm),
+        epsilon=1e-8,
+    )
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
     assert block.feed_forward_layer_norm.epsilon == 1e-8
 
@@ -125,25 +144,39 @@ def test_reference_2017_matches_numpy_composition():
     x = _inputs(zero_rows=True)
     block = _block("reference_2017", x=x)
     got = block(x)
-    h, _ = ref.mha_reference_2017(x, x, _reference_params(block.self_attention), H)
-    want = ref.layer_norm(h + _ffn(h, block.feed_forward),
-                          *_ln(block.feed_forward_layer_norm), epsilon=1e-8)
+    h, _ = ref.mha_reference_2017(
+        x, x, _reference_params(block.self_attention), H
+    )
+    want = ref.layer_norm(
+        h + _ffn(h, block.feed_forward),
+        *_ln(block.feed_forward_layer_norm),
+        epsilon=1e-8,
+    )
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def keras_hub_encoder(block):
     """keras_hub TransformerEncoder holding a paper-flavour block's weights."""
     import keras_hub
+
     twin = keras_hub.layers.TransformerEncoder(
-        intermediate_dim=F, num_heads=H, dropout=0.0,
+        intermediate_dim=F,
+        num_heads=H,
+        dropout=0.0,
         layer_norm_epsilon=block.self_attention_layer_norm.epsilon,
         normalize_first=block.normalize_first,
     )
     twin.build((None, None, C))
     copy_to_keras_attention(twin._self_attention_layer, block.self_attention)
-    twin._self_attention_layer_norm.set_weights(_ln(block.self_attention_layer_norm))
-    twin._feedforward_intermediate_dense.set_weights(_dense(block.feed_forward.inner_dense))
-    twin._feedforward_output_dense.set_weights(_dense(block.feed_forward.outer_dense))
+    twin._self_attention_layer_norm.set_weights(
+        _ln(block.self_attention_layer_norm)
+    )
+    twin._feedforward_intermediate_dense.set_weights(
+        _dense(block.feed_forward.inner_dense)
+    )
+    twin._feedforward_output_dense.set_weights(
+        _dense(block.feed_forward.outer_dense)
+    )
     twin._feedforward_layer_norm.set_weights(_ln(block.feed_forward_layer_norm))
     return twin
 
@@ -155,29 +188,52 @@ def test_paper_matches_keras_hub_transformer_encoder(normalize_first):
     assert block.self_attention_layer_norm.epsilon == 1e-6  # paper default
     twin = keras_hub_encoder(block)
     np.testing.assert_allclose(
-        block(x, padding_mask=keep), twin(x, padding_mask=keep), atol=1e-5, rtol=0
+        block(x, padding_mask=keep),
+        twin(x, padding_mask=keep),
+        atol=1e-5,
+        rtol=0,
     )
     np.testing.assert_allclose(block(x), twin(x), atol=1e-5, rtol=0)
     # The padding mask matters.
-    diff = np.abs(np.asarray(block(x, padding_mask=keep)) - np.asarray(block(x)))
+    diff = np.abs(
+        np.asarray(block(x, padding_mask=keep)) - np.asarray(block(x))
+    )
     assert diff[0].max() > 1e-3
 
 
 def test_paper_matches_numpy_composition():
-    """Post-norm wiring, independent of keras-hub: LN(x + MHA(x)), LN(h + FF(h))."""
+    """Post-norm wiring, independent of keras-hub: LN(x + MHA(x)),
+    LN(h + FF(h))."""
     x, keep = _inputs(), _keep()
     block = _block("paper")
     att = block.self_attention
     params = {}
-    for key, dense in (("q", att.query_dense), ("k", att.key_dense),
-                       ("v", att.value_dense), ("o", att.output_dense)):
+    for key, dense in (
+        ("q", att.query_dense),
+        ("k", att.key_dense),
+        ("v", att.value_dense),
+        ("o", att.output_dense),
+    ):
         params["w" + key], params["b" + key] = _dense(dense)
-    a, _ = ref.mha_paper(x, x, x, params, H,
-                         attend_mask=np.broadcast_to(keep[:, None, :], (B, T, T)))
-    h = ref.layer_norm(x + a, *_ln(block.self_attention_layer_norm), epsilon=1e-6)
-    want = ref.layer_norm(h + _ffn(h, block.feed_forward),
-                          *_ln(block.feed_forward_layer_norm), epsilon=1e-6)
-    np.testing.assert_allclose(block(x, padding_mask=keep), want, atol=1e-5, rtol=0)
+    a, _ = ref.mha_paper(
+        x,
+        x,
+        x,
+        params,
+        H,
+        attend_mask=np.broadcast_to(keep[:, None, :], (B, T, T)),
+    )
+    h = ref.layer_norm(
+        x + a, *_ln(block.self_attention_layer_norm), epsilon=1e-6
+    )
+    want = ref.layer_norm(
+        h + _ffn(h, block.feed_forward),
+        *_ln(block.feed_forward_layer_norm),
+        epsilon=1e-6,
+    )
+    np.testing.assert_allclose(
+        block(x, padding_mask=keep), want, atol=1e-5, rtol=0
+    )
 
 
 # --------------------------------------------------------------------------
@@ -199,24 +255,36 @@ def test_reference_flavours_have_no_residual_dropout(flavor):
     # only, so with attention dropout off, training changes nothing.
     x = _inputs(zero_rows=flavor == "reference_2017")
     block = _block(flavor, x=x, dropout_rate=0.5, attention_dropout_rate=0.0)
-    np.testing.assert_allclose(block(x, training=True), block(x, training=False),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        block(x, training=True), block(x, training=False), atol=1e-6
+    )
     assert block.self_attention.dropout_rate == 0.0
 
 
 def test_paper_residual_dropout_acts_only_when_training():
     x = _inputs()
-    block = _block("paper", dropout_rate=0.5, attention_dropout_rate=0.0, seed=3)
+    block = _block(
+        "paper", dropout_rate=0.5, attention_dropout_rate=0.0, seed=3
+    )
     assert block.self_attention.dropout_rate == 0.0
     np.testing.assert_allclose(block(x), block(x, training=False), atol=1e-6)
-    assert np.abs(np.asarray(block(x, training=True))
-                  - np.asarray(block(x, training=False))).max() > 1e-3
+    assert (
+        np.abs(
+            np.asarray(block(x, training=True))
+            - np.asarray(block(x, training=False))
+        ).max()
+        > 1e-3
+    )
 
 
 def test_attention_dropout_rate_defaults_to_dropout_rate():
     assert _block("paper", dropout_rate=0.2).self_attention.dropout_rate == 0.2
-    assert _block("paper", dropout_rate=0.2,
-                  attention_dropout_rate=0.05).self_attention.dropout_rate == 0.05
+    assert (
+        _block(
+            "paper", dropout_rate=0.2, attention_dropout_rate=0.05
+        ).self_attention.dropout_rate
+        == 0.05
+    )
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
@@ -239,19 +307,30 @@ def test_padding_does_not_change_real_positions(flavor, normalize_first):
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
 def test_normalize_first_needs_the_paper_flavour(flavor):
-    with pytest.raises(ValueError, match=r"`normalize_first`.*normalize_first=True"):
+    with pytest.raises(
+        ValueError, match=r"`normalize_first`.*normalize_first=True"
+    ):
         tfattn.EncoderBlock(num_heads=H, flavor=flavor, normalize_first=True)
 
 
-@pytest.mark.parametrize("kwargs,pattern", [
-    (dict(num_heads=0), r"`num_heads`.*num_heads=0"),
-    (dict(ffn_units=-4), r"`ffn_units`.*ffn_units=-4"),
-    (dict(dropout_rate=1.0), r"`dropout_rate`.*dropout_rate=1.0"),
-    (dict(attention_dropout_rate=-0.1), r"`attention_dropout_rate`.*=-0.1"),
-    (dict(flavor="bert"), r"`flavor`.*flavor='bert'"),
-    (dict(normalize_first="yes"), r"`normalize_first`.*normalize_first='yes'"),
-    (dict(layer_norm_epsilon=0.0), r"`layer_norm_epsilon`.*layer_norm_epsilon=0.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        (dict(num_heads=0), r"`num_heads`.*num_heads=0"),
+        (dict(ffn_units=-4), r"`ffn_units`.*ffn_units=-4"),
+        (dict(dropout_rate=1.0), r"`dropout_rate`.*dropout_rate=1.0"),
+        (dict(attention_dropout_rate=-0.1), r"`attention_dropout_rate`.*=-0.1"),
+        (dict(flavor="bert"), r"`flavor`.*flavor='bert'"),
+        (
+            dict(normalize_first="yes"),
+            r"`normalize_first`.*normalize_first='yes'",
+        ),
+        (
+            dict(layer_norm_epsilon=0.0),
+            r"`layer_norm_epsilon`.*layer_norm_epsilon=0.0",
+        ),
+    ],
+)
 def test_bad_constructor_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.EncoderBlock(**kwargs)
@@ -259,7 +338,9 @@ def test_bad_constructor_arguments(kwargs, pattern):
 
 def test_width_not_divisible_by_heads():
     block = tfattn.EncoderBlock(num_heads=3, ffn_units=F)
-    with pytest.raises(ValueError, match=r"`num_units`.*multiple of num_heads=3"):
+    with pytest.raises(
+        ValueError, match=r"`num_units`.*multiple of num_heads=3"
+    ):
         block(_inputs())
 
 
@@ -269,8 +350,9 @@ def test_keras_mask_from_embedding_is_used_by_the_paper_flavour():
     embed = keras.layers.Embedding(12, C, mask_zero=True)
     masked = block(embed(ids))
     explicit = block(embed(ids), padding_mask=ids != 0)
-    np.testing.assert_allclose(np.asarray(masked)[0, :3], np.asarray(explicit)[0, :3],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(masked)[0, :3], np.asarray(explicit)[0, :3], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("block_class", ["EncoderBlock", "DecoderBlock"])
@@ -280,15 +362,22 @@ def test_kernel_and_bias_initializers_reach_every_dense(block_class):
     its own values; config and `from_config` keep them; a bad name is a
     ValueError naming the argument."""
     cls = getattr(tfattn, block_class)
-    kwargs = dict(num_heads=H, ffn_units=F, dropout_rate=0.0,
-                  kernel_initializer=keras.initializers.RandomNormal(
-                      stddev=0.5), bias_initializer="ones")
+    kwargs = dict(
+        num_heads=H,
+        ffn_units=F,
+        dropout_rate=0.0,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=0.5),
+        bias_initializer="ones",
+    )
     if block_class == "DecoderBlock":
         kwargs["use_cross_attention"] = False
     block = cls(**kwargs)
     block(_inputs())
-    dense = [layer for layer in block._flatten_layers()
-             if isinstance(layer, keras.layers.Dense)]
+    dense = [
+        layer
+        for layer in block._flatten_layers()
+        if isinstance(layer, keras.layers.Dense)
+    ]
     assert len(dense) == 6  # q, k, v, output, inner, outer
     kernels = [d.kernel.numpy() for d in dense]
     for d, kernel in zip(dense, kernels):
@@ -312,11 +401,20 @@ def test_attention_mask_as_keras_hub():
     x, keep = _inputs(), _keep()
     block = _block("paper", False)
     twin = keras_hub_encoder(block)
-    attend = np.random.default_rng(2).random((x.shape[0], x.shape[1],
-                                               x.shape[1])) > 0.3
+    attend = (
+        np.random.default_rng(2).random((x.shape[0], x.shape[1], x.shape[1]))
+        > 0.3
+    )
     attend[..., 0] = True
     np.testing.assert_allclose(
         block(x, padding_mask=keep, attention_mask=attend),
-        twin(x, padding_mask=keep, attention_mask=attend), atol=1e-5, rtol=0)
-    assert np.abs(np.asarray(block(x, attention_mask=attend))
-                  - np.asarray(block(x))).max() > 1e-3
+        twin(x, padding_mask=keep, attention_mask=attend),
+        atol=1e-5,
+        rtol=0,
+    )
+    assert (
+        np.abs(
+            np.asarray(block(x, attention_mask=attend)) - np.asarray(block(x))
+        ).max()
+        > 1e-3
+    )

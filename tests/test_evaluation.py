@@ -32,11 +32,19 @@ def tiny(tmp_path_factory):
     pairs = splits["train"][:300]
     tokenizer = train_tokenizer(
         [s for pair in pairs for s in pair],
-        tmp_path_factory.mktemp("spm"), vocab_size=40, split_digits=True,
+        tmp_path_factory.mktemp("spm"),
+        vocab_size=40,
+        split_digits=True,
     )
     model = tfattn.Transformer(
-        tokenizer.vocab_size, num_layers=1, num_units=16, num_heads=2,
-        ffn_units=32, dropout_rate=0.0, max_length=32, seed=3,
+        tokenizer.vocab_size,
+        num_layers=1,
+        num_units=16,
+        num_heads=2,
+        ffn_units=32,
+        dropout_rate=0.0,
+        max_length=32,
+        seed=3,
     )
     model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
     return model, tokenizer, splits["test"][:7]
@@ -58,10 +66,12 @@ def test_bleu_identical_is_100():
 
 def test_bleu_hand_computed():
     # Same length (BP = 1); n-gram matches 5/6, 3/5, 2/4, 1/3.
-    result = evaluation.bleu(["the cat sat on the mat"],
-                             ["the cat sat on a mat"])
-    want = 100 * math.exp(sum(math.log(p) for p in
-                              (5 / 6, 3 / 5, 2 / 4, 1 / 3)) / 4)
+    result = evaluation.bleu(
+        ["the cat sat on the mat"], ["the cat sat on a mat"]
+    )
+    want = 100 * math.exp(
+        sum(math.log(p) for p in (5 / 6, 3 / 5, 2 / 4, 1 / 3)) / 4
+    )
     assert result["score"] == pytest.approx(want, abs=1e-9)
     assert result["bp"] == 1.0
     assert (result["hyp_len"], result["ref_len"]) == (6, 6)
@@ -70,10 +80,16 @@ def test_bleu_hand_computed():
 def test_bleu_matches_sacrebleu_cli_value():
     # `sacrebleu ref.txt -i hyp.txt -m bleu -w 4` (sacrebleu 2.6.0) prints
     # 45.2462 (87.0/65.0/41.2/21.4, BP = 0.957, hyp_len 23, ref_len 24).
-    hyps = ["The cat sat on the mat.", "A dog runs in the park!",
-            "There is a house, near the river."]
-    refs = ["The cat sat on a mat.", "A dog is running in the park!",
-            "There is a small house near the river."]
+    hyps = [
+        "The cat sat on the mat.",
+        "A dog runs in the park!",
+        "There is a house, near the river.",
+    ]
+    refs = [
+        "The cat sat on a mat.",
+        "A dog is running in the park!",
+        "There is a small house near the river.",
+    ]
     result = evaluation.bleu(hyps, refs)
     assert round(result["score"], 4) == 45.2462
     assert (result["hyp_len"], result["ref_len"]) == (23, 24)
@@ -94,37 +110,54 @@ def test_bleu_rejects_misaligned_references():
 # Moses-style tokenisation.
 
 
-@pytest.mark.parametrize("text, language, want", [
-    ("Ein Mann, der „Hallo“ sagt.", "de",
-     "ein mann , der &quot; hallo &quot; sagt ."),
-    ("Ein Mädchen springt... (hoch) mit der Nummer 10.", "de",
-     "ein mädchen springt ... ( hoch ) mit der nummer 10."),
-    ("Zwei Hunde spielen im Schnee, z. B. im Park.", "de",
-     "zwei hunde spielen im schnee , z. b. im park ."),
-    ("It's a dog's life & more [really]", "en",
-     "it &apos;s a dog &apos;s life &amp; more &#91; really &#93;"),
-    ("A boy, age 5, runs.", "en", "a boy , age 5 , runs ."),
-])
+@pytest.mark.parametrize(
+    "text, language, want",
+    [
+        (
+            "Ein Mann, der „Hallo“ sagt.",
+            "de",
+            "ein mann , der &quot; hallo &quot; sagt .",
+        ),
+        (
+            "Ein Mädchen springt... (hoch) mit der Nummer 10.",
+            "de",
+            "ein mädchen springt ... ( hoch ) mit der nummer 10.",
+        ),
+        (
+            "Zwei Hunde spielen im Schnee, z. B. im Park.",
+            "de",
+            "zwei hunde spielen im schnee , z. b. im park .",
+        ),
+        (
+            "It's a dog's life & more [really]",
+            "en",
+            "it &apos;s a dog &apos;s life &amp; more &#91; really &#93;",
+        ),
+        ("A boy, age 5, runs.", "en", "a boy , age 5 , runs ."),
+    ],
+)
 def test_multi30k_tokenize(text, language, want):
     assert evaluation.multi30k_tokenize(text, language) == want
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [
-    pytest.param("train", marks=pytest.mark.slow), "val", "test_2016_flickr"])
+@pytest.mark.parametrize(
+    "stem",
+    [pytest.param("train", marks=pytest.mark.slow), "val", "test_2016_flickr"],
+)
 def test_multi30k_tokenize_reproduces_tok_files(stem):
     """Raw lines -> multi30k_tokenize == the published tok/ lines, byte for
     byte (trailing spaces included): 62,028 lines over the three splits."""
     for language in ("de", "en"):
         lines = {}
-        for kind, name in (("raw", f"{stem}.{language}.gz"),
-                           ("tok", f"{stem}.lc.norm.tok.{language}.gz")):
-            with gzip.open(MULTI30K / kind / name, "rt",
-                           encoding="utf-8") as f:
+        for kind, name in (
+            ("raw", f"{stem}.{language}.gz"),
+            ("tok", f"{stem}.lc.norm.tok.{language}.gz"),
+        ):
+            with gzip.open(MULTI30K / kind / name, "rt", encoding="utf-8") as f:
                 lines[kind] = f.read().split("\n")[:-1]
         assert len(lines["raw"]) == len(lines["tok"]) > 0
-        ours = [evaluation.multi30k_tokenize(r, language)
-                for r in lines["raw"]]
+        ours = [evaluation.multi30k_tokenize(r, language) for r in lines["raw"]]
         assert ours == lines["tok"]
 
 
@@ -139,12 +172,14 @@ def test_multi30k_tokenized_reference_length():
     assert "tok:none" in result["signature"]
     # The shortcut the evaluation docstring warns about: sacreBLEU's 13a on
     # lowercased plain text is not the tok/ tokenisation (99.61, not 100).
-    with gzip.open(MULTI30K / "raw" / "test_2016_flickr.de.gz", "rt",
-                   encoding="utf-8") as f:
+    with gzip.open(
+        MULTI30K / "raw" / "test_2016_flickr.de.gz", "rt", encoding="utf-8"
+    ) as f:
         raw = f.read().splitlines()
     tokenizer_13a = Tokenizer13a()
-    shortcut = evaluation.bleu([tokenizer_13a(r.lower()) for r in raw], tok,
-                               tokenize="none")
+    shortcut = evaluation.bleu(
+        [tokenizer_13a(r.lower()) for r in raw], tok, tokenize="none"
+    )
     assert shortcut["score"] == pytest.approx(99.61, abs=0.01)
 
 
@@ -156,11 +191,12 @@ def test_multi30k_tokenized_reference_length():
 def test_translate_texts_partial_last_batch(tiny):
     model, tokenizer, pairs = tiny
     texts = [s for s, _ in pairs]  # 7 sources: batches of 3, 3, 1 (+2 pad)
-    full = translate.translate_texts(model, tokenizer, texts, beam_size=2,
-                                      extra_length=EXTRA, batch_size=64)
-    batched = translate.translate_texts(model, tokenizer, texts,
-                                         beam_size=2, extra_length=EXTRA,
-                                         batch_size=3)
+    full = translate.translate_texts(
+        model, tokenizer, texts, beam_size=2, extra_length=EXTRA, batch_size=64
+    )
+    batched = translate.translate_texts(
+        model, tokenizer, texts, beam_size=2, extra_length=EXTRA, batch_size=3
+    )
     assert len(batched) == len(texts)
     assert all(isinstance(t, str) for t in batched)
     assert batched == full
@@ -177,8 +213,9 @@ def test_translate_texts_rejects_bad_input(tiny):
     with pytest.raises(ValueError, match="argument `batch_size`"):
         translate.translate_texts(model, tokenizer, ["12"], batch_size=0)
     with pytest.raises(ValueError, match="argument `max_source_length`"):
-        translate.translate_texts(model, tokenizer, ["12"],
-                                   max_source_length=33)
+        translate.translate_texts(
+            model, tokenizer, ["12"], max_source_length=33
+        )
 
 
 @pytest.mark.slow
@@ -186,30 +223,48 @@ def test_evaluate_writes_files(tiny, tmp_path):
     model, tokenizer, pairs = tiny
     references = [t for _, t in pairs]
     metrics = evaluation.evaluate(
-        model, tokenizer, pairs, tmp_path, "test", beam_size=2, alpha=0.6,
-        tokenized_references=references, target_language="en",
-        batch_size=4, extra_length=EXTRA,
+        model,
+        tokenizer,
+        pairs,
+        tmp_path,
+        "test",
+        beam_size=2,
+        alpha=0.6,
+        tokenized_references=references,
+        target_language="en",
+        batch_size=4,
+        extra_length=EXTRA,
     )
-    assert sorted(os.listdir(tmp_path)) == ["metrics_test.json",
-                                            "translations_test.txt"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "metrics_test.json",
+        "translations_test.txt",
+    ]
     with open(tmp_path / "translations_test.txt", encoding="utf-8") as f:
         lines = f.read().splitlines()
     assert lines == translate.translate_texts(
-        model, tokenizer, [s for s, _ in pairs], beam_size=2,
-        extra_length=EXTRA, batch_size=4)
+        model,
+        tokenizer,
+        [s for s, _ in pairs],
+        beam_size=2,
+        extra_length=EXTRA,
+        batch_size=4,
+    )
     with open(tmp_path / "metrics_test.json", encoding="utf-8") as f:
         assert json.load(f) == metrics
     assert metrics["split"] == "test"
     assert metrics["num_sentences"] == len(pairs)
     assert metrics["bleu"] == pytest.approx(
-        evaluation.bleu(lines, references)["score"])
+        evaluation.bleu(lines, references)["score"]
+    )
     assert "tok:13a" in metrics["bleu_signature"]
     assert 0 <= metrics["bleu_tokenized_lowercased"] <= 100
     assert "tok:none" in metrics["bleu_tokenized_lowercased_signature"]
     assert metrics["tokenized_hypotheses"] == (
-        "multi30k_tokenize(language='en')")
+        "multi30k_tokenize(language='en')"
+    )
     assert metrics["tokenized_ref_len"] == sum(
-        len(r.split()) for r in references)
+        len(r.split()) for r in references
+    )
 
 
 @pytest.mark.slow
@@ -217,16 +272,35 @@ def test_evaluate_with_own_tokenizer_and_errors(tiny, tmp_path):
     model, tokenizer, pairs = tiny
     pairs = pairs[:2]
     with pytest.raises(ValueError, match="argument `target_language`"):
-        evaluation.evaluate(model, tokenizer, pairs, tmp_path, "val",
-                            tokenized_references=["a", "b"])
+        evaluation.evaluate(
+            model,
+            tokenizer,
+            pairs,
+            tmp_path,
+            "val",
+            tokenized_references=["a", "b"],
+        )
     with pytest.raises(ValueError, match="argument `tokenized_references`"):
-        evaluation.evaluate(model, tokenizer, pairs, tmp_path, "val",
-                            tokenized_references=["a"], target_language="en")
+        evaluation.evaluate(
+            model,
+            tokenizer,
+            pairs,
+            tmp_path,
+            "val",
+            tokenized_references=["a"],
+            target_language="en",
+        )
     assert os.listdir(tmp_path) == []
     metrics = evaluation.evaluate(
-        model, tokenizer, pairs, tmp_path, "val", beam_size=1,
+        model,
+        tokenizer,
+        pairs,
+        tmp_path,
+        "val",
+        beam_size=1,
         tokenized_references=[t for _, t in pairs],
-        tokenized_hypothesis_fn=str.lower, extra_length=EXTRA,
+        tokenized_hypothesis_fn=str.lower,
+        extra_length=EXTRA,
     )
     assert metrics["tokenized_hypotheses"] == "lower"
     assert metrics["beam_size"] == 1
@@ -241,9 +315,11 @@ def test_translate_texts_survives_reseeding(tiny):
 
     model, tokenizer, pairs = tiny
     stale = SubwordTokenizer(tokenizer.model_proto)
-    before = translate.translate_texts(model, stale, ["12"], beam_size=1,
-                                        extra_length=EXTRA)
+    before = translate.translate_texts(
+        model, stale, ["12"], beam_size=1, extra_length=EXTRA
+    )
     tf.random.set_seed(1)  # Clears the eager kernel cache.
-    after = translate.translate_texts(model, stale, ["12"], beam_size=1,
-                                       extra_length=EXTRA)
+    after = translate.translate_texts(
+        model, stale, ["12"], beam_size=1, extra_length=EXTRA
+    )
     assert after == before

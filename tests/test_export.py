@@ -28,14 +28,21 @@ MAX_LENGTH = 32
 # The last two are cut to max_source_length = 32 - 5 = 27 pieces (EOS
 # included) and empty; both paths must treat them alike.
 TEXTS = ["12", "345", "7", "1000", "99", "4072", "", "1" * 40]
-SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable),
-                               "saved_model_cli")
+SAVED_MODEL_CLI = os.path.join(
+    os.path.dirname(sys.executable), "saved_model_cli"
+)
 
 
 def _build_model(vocab_size):
     model = tfattn.Transformer(
-        vocab_size, num_layers=1, num_units=16, num_heads=2, ffn_units=32,
-        dropout_rate=0.0, max_length=MAX_LENGTH, seed=7,
+        vocab_size,
+        num_layers=1,
+        num_units=16,
+        num_heads=2,
+        ffn_units=32,
+        dropout_rate=0.0,
+        max_length=MAX_LENGTH,
+        seed=7,
     )
     model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
     return model
@@ -46,11 +53,14 @@ def tiny(tmp_path_factory):
     # Seed first: reseeding clears the eager kernel cache, and with it the
     # SentencePiece resource of any tokenizer made before.
     keras.utils.set_random_seed(0)
-    pairs = numbers_splits(max_value=1200, num_validation=20,
-                           num_test=20)["train"][:300]
+    pairs = numbers_splits(max_value=1200, num_validation=20, num_test=20)[
+        "train"
+    ][:300]
     tokenizer = train_tokenizer(
         [s for pair in pairs for s in pair],
-        tmp_path_factory.mktemp("spm"), vocab_size=40, split_digits=True,
+        tmp_path_factory.mktemp("spm"),
+        vocab_size=40,
+        split_digits=True,
     )
     return _build_model(tokenizer.vocab_size), tokenizer
 
@@ -59,22 +69,25 @@ def tiny(tmp_path_factory):
 def exported(tiny, tmp_path_factory):
     model, tokenizer = tiny
     export_dir = tmp_path_factory.mktemp("exports") / "translator"
-    export.export_translator(model, tokenizer, export_dir, beam_size=BEAM,
-                             extra_length=EXTRA)
+    export.export_translator(
+        model, tokenizer, export_dir, beam_size=BEAM, extra_length=EXTRA
+    )
     return export_dir
 
 
 @pytest.fixture(scope="module")
 def expected(tiny):
     model, tokenizer = tiny
-    return translate_texts(model, tokenizer, TEXTS, beam_size=BEAM,
-                           extra_length=EXTRA)
+    return translate_texts(
+        model, tokenizer, TEXTS, beam_size=BEAM, extra_length=EXTRA
+    )
 
 
 def _run(args, timeout=300):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run(args, capture_output=True, text=True, env=env,
-                            timeout=timeout)
+    result = subprocess.run(
+        args, capture_output=True, text=True, env=env, timeout=timeout
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -82,8 +95,7 @@ def _run(args, timeout=300):
 @pytest.mark.slow
 def test_export_layout(exported):
     names = set(os.listdir(exported))
-    assert {"saved_model.pb", "variables", "model.keras",
-            "spm.model"} <= names
+    assert {"saved_model.pb", "variables", "model.keras", "spm.model"} <= names
     leftovers = [n for n in os.listdir(exported.parent) if n.startswith(".")]
     assert leftovers == []
 
@@ -150,8 +162,18 @@ def test_in_process_load_matches(exported, expected):
 
 @pytest.mark.slow
 def test_saved_model_cli_show(exported):
-    out = _run([SAVED_MODEL_CLI, "show", "--dir", str(exported), "--tag_set",
-                "serve", "--signature_def", "serving_default"])
+    out = _run(
+        [
+            SAVED_MODEL_CLI,
+            "show",
+            "--dir",
+            str(exported),
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+        ]
+    )
     assert "inputs['sentences']" in out
     assert "outputs['translations']" in out
     assert "outputs['scores']" in out
@@ -164,8 +186,9 @@ def test_saved_model_cli_run(tiny, fresh_process):
     # imported first (see `fresh_process`).
     _, out = fresh_process
     model, tokenizer = tiny
-    [want] = translate_texts(model, tokenizer, ["12"], beam_size=BEAM,
-                             extra_length=EXTRA)
+    [want] = translate_texts(
+        model, tokenizer, ["12"], beam_size=BEAM, extra_length=EXTRA
+    )
     assert "Result for output key translations:" in out
     assert "Result for output key scores:" in out
     assert repr([want.encode()]).replace(",", "") in out
@@ -197,24 +220,26 @@ def test_refuses_existing_keras_path(tiny, tmp_path):
     keras_path = tmp_path / "model.keras"
     keras_path.write_bytes(b"old")
     with pytest.raises(FileExistsError, match="model.keras"):
-        export.export_translator(model, tokenizer, tmp_path / "out",
-                                 keras_path=keras_path)
+        export.export_translator(
+            model, tokenizer, tmp_path / "out", keras_path=keras_path
+        )
     assert sorted(os.listdir(tmp_path)) == ["model.keras"]
 
 
 def test_invalid_arguments(tiny, tmp_path):
     model, tokenizer = tiny
     with pytest.raises(ValueError, match="argument `max_source_length`"):
-        export.export_translator(model, tokenizer, tmp_path / "a",
-                                 max_source_length=MAX_LENGTH + 1)
+        export.export_translator(
+            model, tokenizer, tmp_path / "a", max_source_length=MAX_LENGTH + 1
+        )
     with pytest.raises(ValueError, match="argument `beam_size`"):
-        export.export_translator(model, tokenizer, tmp_path / "a",
-                                 beam_size=0)
+        export.export_translator(model, tokenizer, tmp_path / "a", beam_size=0)
     with pytest.raises(ValueError, match="argument `export_dir`"):
         export.export_translator(model, tokenizer, "gs://bucket/x")
     with pytest.raises(ValueError, match="argument `keras_path`"):
-        export.export_translator(model, tokenizer, tmp_path / "a",
-                                 keras_path=tmp_path / "m.h5")
+        export.export_translator(
+            model, tokenizer, tmp_path / "a", keras_path=tmp_path / "m.h5"
+        )
     with pytest.raises(ValueError, match="argument `tokenizer`"):
         export.export_translator(model, "spm.model", tmp_path / "a")
     assert os.listdir(tmp_path) == []
@@ -250,24 +275,36 @@ def test_overwrite(tiny, tmp_path, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(export, "_save_keras", broken_save)
         with pytest.raises(RuntimeError, match="keras save failed"):
-            export.export_translator(model, tokenizer, target,
-                                     overwrite=True, beam_size=1,
-                                     extra_length=EXTRA)
+            export.export_translator(
+                model,
+                tokenizer,
+                target,
+                overwrite=True,
+                beam_size=1,
+                extra_length=EXTRA,
+            )
     assert sorted(os.listdir(tmp_path)) == ["out"]
     assert os.listdir(target) == ["old.txt"]
 
     keras_path = tmp_path / "keras" / "tiny.keras"
-    export.export_translator(model, tokenizer, target, overwrite=True,
-                             beam_size=1, extra_length=EXTRA,
-                             keras_path=keras_path)
+    export.export_translator(
+        model,
+        tokenizer,
+        target,
+        overwrite=True,
+        beam_size=1,
+        extra_length=EXTRA,
+        keras_path=keras_path,
+    )
     assert sorted(os.listdir(tmp_path)) == ["keras", "out"]
     assert os.listdir(tmp_path / "keras") == ["tiny.keras"]
     assert "old.txt" not in os.listdir(target)
     assert "model.keras" not in os.listdir(target)
     loaded = export.load_translator(target)
     assert int(loaded.beam_size.numpy()) == 1
-    greedy = translate_texts(model, tokenizer, TEXTS[:3], beam_size=1,
-                             extra_length=EXTRA)
+    greedy = translate_texts(
+        model, tokenizer, TEXTS[:3], beam_size=1, extra_length=EXTRA
+    )
     out = loaded.translate(tf.constant(TEXTS[:3]))["translations"].numpy()
     assert [t.decode() for t in out] == greedy
 
@@ -287,20 +324,24 @@ def test_attention_signature_equals_the_python_model(tiny, exported):
     for kind in ("encoder", "decoder", "cross"):
         assert out[kind].shape[:3] == (layers, 2, 2)  # layers, batch, heads
     for row, text in enumerate(sentences):
-        maps = visualize.attention_maps(model, tokenizer, text,
-                                        beam_size=BEAM, extra_length=EXTRA)
+        maps = visualize.attention_maps(
+            model, tokenizer, text, beam_size=BEAM, extra_length=EXTRA
+        )
         assert out["translations"][row].numpy().decode() == maps.translation
         source = [t.decode() for t in out["source_tokens"][row].numpy()]
         target = [t.decode() for t in out["target_tokens"][row].numpy()]
         s, t = len(maps.source_tokens), len(maps.target_tokens)
         assert source[:s] == maps.source_tokens and not any(source[s:])
         assert target[:t] == maps.target_tokens and not any(target[t:])
-        for kind, (q, k) in dict(encoder=(s, s), decoder=(t, t),
-                                 cross=(t, s)).items():
+        for kind, (q, k) in dict(
+            encoder=(s, s), decoder=(t, t), cross=(t, s)
+        ).items():
             for layer in range(layers):
                 np.testing.assert_allclose(
                     out[kind][layer, row, :, :q, :k],
-                    maps.scores[kind][layer], atol=1e-5)
+                    maps.scores[kind][layer],
+                    atol=1e-5,
+                )
 
 
 @pytest.mark.parametrize("shape", [(), (2, 2)])
@@ -310,8 +351,10 @@ def test_serving_refuses_inputs_that_are_not_a_vector(exported, shape):
     loaded = export.load_translator(exported)
     sentences = tf.fill(shape, "12")
     for signature in ("serving_default", "attention"):
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="sentences_must_be_a_vector_of_strings"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match="sentences_must_be_a_vector_of_strings",
+        ):
             loaded.signatures[signature](sentences=sentences)
 
 
@@ -332,15 +375,28 @@ def test_an_xla_export_translates_as_the_python_xla_path(tiny, tmp_path):
     `translate_texts(jit_compile=True)` does."""
     model, tokenizer = tiny
     export_dir = tmp_path / "xla"
-    export.export_translator(model, tokenizer, export_dir, beam_size=BEAM,
-                             extra_length=EXTRA, jit_compile=True)
+    export.export_translator(
+        model,
+        tokenizer,
+        export_dir,
+        beam_size=BEAM,
+        extra_length=EXTRA,
+        jit_compile=True,
+    )
     loaded = export.load_translator(export_dir)
     out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
-    want = translate_texts(model, tokenizer, TEXTS, beam_size=BEAM,
-                           extra_length=EXTRA, jit_compile=True,
-                           batch_size=len(TEXTS))
+    want = translate_texts(
+        model,
+        tokenizer,
+        TEXTS,
+        beam_size=BEAM,
+        extra_length=EXTRA,
+        jit_compile=True,
+        batch_size=len(TEXTS),
+    )
     assert [t.decode() for t in out["translations"].numpy()] == want
     assert out["truncated"].numpy().tolist() == [False] * 7 + [True]
     with pytest.raises(ValueError, match="`jit_compile`.*jit_compile='yes'"):
-        export.export_translator(model, tokenizer, tmp_path / "no",
-                                 jit_compile="yes")
+        export.export_translator(
+            model, tokenizer, tmp_path / "no", jit_compile="yes"
+        )

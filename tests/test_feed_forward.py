@@ -1,4 +1,4 @@
-"""Tests of FeedForward (REFERENCE_SPEC §1.5, §2.6, §5).
+"""Tests of FeedForward (docs/reference.md §1.5, §2.6, §5).
 
 The expected outputs are NumPy computations from the layer's weights.
 """
@@ -17,7 +17,9 @@ B, T, C, F = 2, 5, 8, 12
 
 
 def _inputs(seed=0, width=C):
-    return np.random.default_rng(seed).normal(size=(B, T, width)).astype("float32")
+    return (
+        np.random.default_rng(seed).normal(size=(B, T, width)).astype("float32")
+    )
 
 
 def _built(x=None, seed=1, **kwargs):
@@ -31,7 +33,9 @@ def _built(x=None, seed=1, **kwargs):
 
 
 def _numpy_ffn(layer, x, activation=lambda h: np.maximum(h, 0)):
-    h = activation(x @ layer.inner_dense.kernel.numpy() + layer.inner_dense.bias.numpy())
+    h = activation(
+        x @ layer.inner_dense.kernel.numpy() + layer.inner_dense.bias.numpy()
+    )
     return h @ layer.outer_dense.kernel.numpy() + layer.outer_dense.bias.numpy()
 
 
@@ -61,10 +65,14 @@ def test_layer_contract(kwargs, out_width):
 def test_keras_file_round_trip():
     """The layer contract's `.keras` save and reload, once per configuration
     of the contract tests above (run_layer_test skips it)."""
-    for kwargs in [{}, dict(num_units=6),
-                   dict(activation="gelu", dropout_rate=0.1, seed=3)]:
-        assert_keras_file_round_trip(FeedForward, dict(ffn_units=F, **kwargs),
-                                     _inputs())
+    for kwargs in [
+        {},
+        dict(num_units=6),
+        dict(activation="gelu", dropout_rate=0.1, seed=3),
+    ]:
+        assert_keras_file_round_trip(
+            FeedForward, dict(ffn_units=F, **kwargs), _inputs()
+        )
 
 
 def test_sublayers_and_initializers():
@@ -78,7 +86,9 @@ def test_sublayers_and_initializers():
     assert layer.inner_dense.activation is keras.activations.relu
     assert layer.outer_dense.activation is keras.activations.linear
     for dense in (layer.inner_dense, layer.outer_dense):
-        assert isinstance(dense.kernel_initializer, keras.initializers.GlorotUniform)
+        assert isinstance(
+            dense.kernel_initializer, keras.initializers.GlorotUniform
+        )
         np.testing.assert_array_equal(dense.bias.numpy(), 0.0)
     # Parameter count of spec §5's FF (512 -> 2048 -> 512), without the LN.
     big = FeedForward(2048)
@@ -89,7 +99,9 @@ def test_sublayers_and_initializers():
 def test_matches_numpy_relu_ffn():
     x = _inputs()
     layer = _built(x)
-    np.testing.assert_allclose(layer(x), _numpy_ffn(layer, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        layer(x), _numpy_ffn(layer, x), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_custom_activation_and_output_width():
@@ -97,7 +109,9 @@ def test_custom_activation_and_output_width():
     layer = _built(x, activation="tanh", num_units=3)
     out = layer(x)
     assert out.shape == (B, T, 3)
-    np.testing.assert_allclose(out, _numpy_ffn(layer, x, np.tanh), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        out, _numpy_ffn(layer, x, np.tanh), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_no_residual_or_norm_inside():
@@ -113,7 +127,9 @@ def test_dropout_acts_only_when_training():
     layer = _built(x, dropout_rate=0.5, seed=7)
     want = _numpy_ffn(layer, x)
     np.testing.assert_allclose(layer(x), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(layer(x, training=False), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        layer(x, training=False), want, rtol=1e-5, atol=1e-5
+    )
     assert np.abs(np.asarray(layer(x, training=True)) - want).max() > 1e-3
 
 
@@ -152,9 +168,18 @@ def test_jit_compile_equals_eager():
         (dict(ffn_units=0), r"FeedForward.*argument `ffn_units`.*ffn_units=0"),
         (dict(ffn_units=2.0), r"argument `ffn_units`.*ffn_units=2.0"),
         (dict(num_units=-2), r"argument `num_units`.*num_units=-2"),
-        (dict(activation="no_such_fn"), r"argument `activation`.*activation='no_such_fn'"),
-        (dict(dropout_rate=1.0), r"argument `dropout_rate`.*\[0, 1\).*dropout_rate=1.0"),
-        (dict(dropout_rate=-0.5), r"argument `dropout_rate`.*dropout_rate=-0.5"),
+        (
+            dict(activation="no_such_fn"),
+            r"argument `activation`.*activation='no_such_fn'",
+        ),
+        (
+            dict(dropout_rate=1.0),
+            r"argument `dropout_rate`.*\[0, 1\).*dropout_rate=1.0",
+        ),
+        (
+            dict(dropout_rate=-0.5),
+            r"argument `dropout_rate`.*dropout_rate=-0.5",
+        ),
         (dict(seed="7"), r"argument `seed`.*integer or None.*seed='7'"),
     ],
 )
@@ -169,7 +194,10 @@ def test_constructor_rejects_bad_arguments(kwargs, pattern):
     "shape, pattern",
     [
         ((C,), r"argument `x`.*rank >= 2.*shape \(8,\)"),
-        ((None, T, None), r"argument `x`.*known width C.*shape \(None, 5, None\)"),
+        (
+            (None, T, None),
+            r"argument `x`.*known width C.*shape \(None, 5, None\)",
+        ),
     ],
 )
 def test_build_rejects_bad_shapes(shape, pattern):
@@ -178,9 +206,12 @@ def test_build_rejects_bad_shapes(shape, pattern):
 
 
 def test_initializers_are_arguments_and_each_dense_draws_its_own():
-    layer = FeedForward(ffn_units=8, num_units=8,
-                               kernel_initializer="he_uniform",
-                               bias_initializer="ones")
+    layer = FeedForward(
+        ffn_units=8,
+        num_units=8,
+        kernel_initializer="he_uniform",
+        bias_initializer="ones",
+    )
     layer(np.zeros((1, 2, 8), "float32"))
     inner, outer = layer.inner_dense, layer.outer_dense
     assert np.all(inner.bias.numpy() == 1) and np.all(outer.bias.numpy() == 1)

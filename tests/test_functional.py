@@ -10,7 +10,11 @@ from tests.harness import attention_params as _params
 
 
 def _x(seed=0, length=5):
-    x = np.random.default_rng(seed).normal(size=(2, length, 8)).astype("float32")
+    x = (
+        np.random.default_rng(seed)
+        .normal(size=(2, length, 8))
+        .astype("float32")
+    )
     x[0, -1] = 0.0
     return x
 
@@ -19,7 +23,11 @@ def test_functional_model_matches_numpy_reference():
     queries = keras.Input((5, 8))
     keys = keras.Input((6, 8))
     out = tfattn.multihead_attention(
-        queries, keys, num_heads=2, causality=True, is_training=None,
+        queries,
+        keys,
+        num_heads=2,
+        causality=True,
+        is_training=None,
         scope="vanilla_attention",
     )
     model = keras.Model([queries, keys], out)
@@ -28,31 +36,37 @@ def test_functional_model_matches_numpy_reference():
     assert layer.flavor == "reference_2017"
     q, k = _x(0), _x(1, length=6)
     want, _ = ref.mha_reference_2017(q, k, _params(layer), 2, causality=True)
-    np.testing.assert_allclose(model.predict([q, k], verbose=0), want, atol=1e-5)
+    np.testing.assert_allclose(
+        model.predict([q, k], verbose=0), want, atol=1e-5
+    )
 
 
 def test_eager_call_and_is_training():
     q = _x()
     out = tfattn.multihead_attention(q, q, num_heads=2, dropout_rate=0.0)
     assert out.shape == (2, 5, 8)
-    a = tfattn.multihead_attention(q, q, num_heads=2, dropout_rate=0.9,
-                                   is_training=False)
+    a = tfattn.multihead_attention(
+        q, q, num_heads=2, dropout_rate=0.9, is_training=False
+    )
     assert np.all(np.isfinite(a))
 
 
 def test_is_training_is_the_default_phase_and_keras_phases_win():
     queries = keras.Input((5, 8))
     x = _x()
-    train_out = tfattn.multihead_attention(queries, queries, num_heads=2,
-                                           dropout_rate=0.5, is_training=True)
+    train_out = tfattn.multihead_attention(
+        queries, queries, num_heads=2, dropout_rate=0.5, is_training=True
+    )
     model = keras.Model(queries, train_out)
     # No phase named: the reference's is_training=True applies (dropout).
     assert not np.allclose(model(x), model(x))
     # predict names inference, which wins as for any Keras layer.
-    np.testing.assert_array_equal(model.predict(x, verbose=0),
-                                  model.predict(x, verbose=0))
-    eval_out = tfattn.multihead_attention(queries, queries, num_heads=2,
-                                          dropout_rate=0.5, is_training=False)
+    np.testing.assert_array_equal(
+        model.predict(x, verbose=0), model.predict(x, verbose=0)
+    )
+    eval_out = tfattn.multihead_attention(
+        queries, queries, num_heads=2, dropout_rate=0.5, is_training=False
+    )
     model = keras.Model(queries, eval_out)
     np.testing.assert_array_equal(model(x), model(x))
     assert not np.allclose(model(x, training=True), model(x, training=True))
@@ -60,12 +74,16 @@ def test_is_training_is_the_default_phase_and_keras_phases_win():
 
 @pytest.mark.parametrize("reuse", [True, "AUTO_REUSE"])
 def test_reuse_cannot_be_mirrored(reuse):
-    with pytest.raises(ValueError, match=r"argument `reuse`.*call `layer\(queries, keys\)`"):
+    with pytest.raises(
+        ValueError, match=r"argument `reuse`.*call `layer\(queries, keys\)`"
+    ):
         tfattn.multihead_attention(_x(), _x(), num_heads=2, reuse=reuse)
 
 
 def test_is_training_must_be_a_python_value():
-    with pytest.raises(ValueError, match=r"argument `is_training`.*is_training='train'"):
+    with pytest.raises(
+        ValueError, match=r"argument `is_training`.*is_training='train'"
+    ):
         tfattn.multihead_attention(_x(), _x(), num_heads=2, is_training="train")
 
 

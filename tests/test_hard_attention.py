@@ -24,18 +24,25 @@ def test_max_returns_exactly_the_value_row_at_the_argmax():
     k = RNG.normal(size=(3, 6, 8)).astype("float32")
     v = RNG.normal(size=(3, 6, 5)).astype("float32")
     layer = tfattn.HardAttention(score="dot")
-    out, w, index, log_prob = layer(q, k, v, return_attention_scores=True,
-                                    return_selection=True)
+    out, w, index, log_prob = layer(
+        q, k, v, return_attention_scores=True, return_selection=True
+    )
     scores = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2)
     want_index = np.argmax(scores, -1)
     np.testing.assert_array_equal(index, want_index)
     np.testing.assert_array_equal(
-        out, np.take_along_axis(v, want_index[..., None], 1))
+        out, np.take_along_axis(v, want_index[..., None], 1)
+    )
     np.testing.assert_allclose(w, _softmax(scores), atol=1e-6)
     np.testing.assert_allclose(
-        log_prob, np.log(np.take_along_axis(_softmax(scores),
-                                            want_index[..., None], -1)[..., 0]),
-        atol=1e-5)
+        log_prob,
+        np.log(
+            np.take_along_axis(_softmax(scores), want_index[..., None], -1)[
+                ..., 0
+            ]
+        ),
+        atol=1e-5,
+    )
 
 
 def test_sample_follows_alpha_and_is_reproducible():
@@ -45,8 +52,9 @@ def test_sample_follows_alpha_and_is_reproducible():
     keep = np.ones((draws, 5), bool)
     keep[:, 2] = False  # Never chosen.
     layer = tfattn.HardAttention(selection="sample", seed=5)
-    out, w, index, _ = layer(q, k, mask=keep, return_attention_scores=True,
-                             return_selection=True)
+    out, w, index, _ = layer(
+        q, k, mask=keep, return_attention_scores=True, return_selection=True
+    )
     index = np.asarray(index)
     alpha = np.asarray(w)[0]
     assert alpha[2] == 0
@@ -55,7 +63,8 @@ def test_sample_follows_alpha_and_is_reproducible():
     np.testing.assert_array_equal(out, k[np.arange(draws), index])
     again = tfattn.HardAttention(selection="sample", seed=5)
     np.testing.assert_array_equal(
-        again(q, k, mask=keep, return_selection=True)[1], index)
+        again(q, k, mask=keep, return_selection=True)[1], index
+    )
 
 
 def test_fully_masked_query_chooses_nothing():
@@ -64,7 +73,8 @@ def test_fully_masked_query_chooses_nothing():
     keep = np.array([[True] * 4, [False] * 4])
     for selection in ("max", "sample"):
         out, _, log_prob = tfattn.HardAttention(selection=selection, seed=0)(
-            q, k, mask=keep, return_selection=True)
+            q, k, mask=keep, return_selection=True
+        )
         assert np.all(np.asarray(out)[1] == 0)
         assert float(log_prob[1]) == 0.0 and np.isfinite(log_prob).all()
 
@@ -87,24 +97,29 @@ def test_reinforce_surrogate_gradient_is_the_exact_gradient_on_average():
     for _ in range(10):
         with tf.GradientTape() as tape:
             _, index, log_prob = layer(q, k, return_selection=True)
-            loss = reinforce_loss(log_prob, tf.gather(rewards, index),
-                                  baseline=0.3)
+            loss = reinforce_loss(
+                log_prob, tf.gather(rewards, index), baseline=0.3
+            )
         estimates.append(tape.gradient(loss, kernel).numpy())
     estimates = np.array(estimates)
     standard_error = estimates.std(0, ddof=1) / np.sqrt(len(estimates))
-    np.testing.assert_array_less(np.abs(estimates.mean(0) - exact),
-                                 5 * standard_error + 1e-4)
+    np.testing.assert_array_less(
+        np.abs(estimates.mean(0) - exact), 5 * standard_error + 1e-4
+    )
     assert np.abs(exact).max() > 10 * standard_error.max()  # A real check.
 
 
 def test_reinforce_loss_values():
     log_prob = np.log(np.array([0.5, 0.25], "float32"))
     loss = reinforce_loss(log_prob, np.array([1.0, 3.0]), baseline=1.0)
-    np.testing.assert_allclose(float(loss), -(0 * log_prob[0]
-                                              + 2 * log_prob[1]) / 2)
     np.testing.assert_allclose(
-        float(reinforce_loss(log_prob, 2.0)), -np.mean(2.0 * log_prob),
-        rtol=1e-6)
+        float(loss), -(0 * log_prob[0] + 2 * log_prob[1]) / 2
+    )
+    np.testing.assert_allclose(
+        float(reinforce_loss(log_prob, 2.0)),
+        -np.mean(2.0 * log_prob),
+        rtol=1e-6,
+    )
 
 
 T, D = 5, 16
@@ -124,23 +139,29 @@ def _selection_batch(rng, n):
 def test_hard_attention_learns_the_selection_task(route):
     rng = np.random.default_rng(0)
     keras.utils.set_random_seed(0)
-    layer = tfattn.HardAttention(score="bilinear", selection="sample",
-                                 straight_through=route == "straight_through",
-                                 temperature=0.5, seed=0)
+    layer = tfattn.HardAttention(
+        score="bilinear",
+        selection="sample",
+        straight_through=route == "straight_through",
+        temperature=0.5,
+        seed=0,
+    )
     optimizer = keras.optimizers.Adam(0.05)
     one_hot = np.eye(T, dtype="float32")
     values = np.broadcast_to(one_hot, (128, T, T))
     for _ in range(150):
         query, keys, target = _selection_batch(rng, 128)
         with tf.GradientTape() as tape:
-            out, index, log_prob = layer(query, keys, values,
-                                         return_selection=True)
+            out, index, log_prob = layer(
+                query, keys, values, return_selection=True
+            )
             if route == "reinforce":
                 reward = tf.cast(tf.equal(index, target), tf.float32)
                 loss = reinforce_loss(log_prob, reward, tf.reduce_mean(reward))
             else:  # Backpropagation through the straight-through choice.
-                loss = tf.reduce_mean(tf.reduce_sum(
-                    (out - one_hot[target]) ** 2, -1))
+                loss = tf.reduce_mean(
+                    tf.reduce_sum((out - one_hot[target]) ** 2, -1)
+                )
         grads = tape.gradient(loss, layer.trainable_variables)
         optimizer.apply_gradients(zip(grads, layer.trainable_variables))
     query, keys, target = _selection_batch(np.random.default_rng(1234), 2000)
@@ -151,8 +172,9 @@ def test_hard_attention_learns_the_selection_task(route):
 def test_straight_through_forward_is_the_hard_choice_and_has_gradients():
     q = RNG.normal(size=(4, 8)).astype("float32")
     k = RNG.normal(size=(4, 6, 8)).astype("float32")
-    layer = tfattn.HardAttention(score="bilinear", selection="sample",
-                                 straight_through=True, seed=2)
+    layer = tfattn.HardAttention(
+        score="bilinear", selection="sample", straight_through=True, seed=2
+    )
     with tf.GradientTape() as tape:
         out, index, _ = layer(q, k, return_selection=True)
         loss = tf.reduce_sum(out)
@@ -167,25 +189,46 @@ def test_layer_contract_and_keras_file():
     k = RNG.normal(size=(2, 5, 8)).astype("float32")
     # The max choice has no gradient: no fit step (the straight-through
     # variant below is fitted).
-    run_layer_test(tfattn.HardAttention, dict(score="additive", units=6),
-                   [q, k], (2, 3, 8), expected_num_trainable_weights=3,
-                   run_fit=False, run_saving=True)
+    run_layer_test(
+        tfattn.HardAttention,
+        dict(score="additive", units=6),
+        [q, k],
+        (2, 3, 8),
+        expected_num_trainable_weights=3,
+        run_fit=False,
+        run_saving=True,
+    )
     # Sampling draws anew at every call: no reload comparison of outputs.
-    run_layer_test(tfattn.HardAttention,
-                   dict(score="additive", units=6, selection="sample",
-                        straight_through=True, temperature=0.7, seed=4),
-                   [q, k], (2, 3, 8), expected_num_trainable_weights=3)
+    run_layer_test(
+        tfattn.HardAttention,
+        dict(
+            score="additive",
+            units=6,
+            selection="sample",
+            straight_through=True,
+            temperature=0.7,
+            seed=4,
+        ),
+        [q, k],
+        (2, 3, 8),
+        expected_num_trainable_weights=3,
+    )
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(selection="soft"), "argument `selection`"),
-    (dict(score="cosine"), "argument `score`"),
-    (dict(units=-1), "argument `units`"),
-    (dict(straight_through=True), "argument `straight_through`"),
-    (dict(selection="sample", straight_through=True, temperature=0.0),
-     "argument `temperature`"),
-    (dict(selection="sample", temperature=-1), "argument `temperature`"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(selection="soft"), "argument `selection`"),
+        (dict(score="cosine"), "argument `score`"),
+        (dict(units=-1), "argument `units`"),
+        (dict(straight_through=True), "argument `straight_through`"),
+        (
+            dict(selection="sample", straight_through=True, temperature=0.0),
+            "argument `temperature`",
+        ),
+        (dict(selection="sample", temperature=-1), "argument `temperature`"),
+    ],
+)
 def test_bad_arguments_name_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         tfattn.HardAttention(**kwargs)

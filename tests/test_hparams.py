@@ -10,6 +10,7 @@ import pytest
 
 import hparams
 from tfattn import config
+from tfattn import overrides
 from tfattn.config import HParams
 
 
@@ -24,20 +25,29 @@ def test_every_set_loads_and_round_trips(name):
 
 def test_registry_names():
     assert set(hparams.names()) == {
-        "tiny", "base", "big", "reference_2017", "reference_2019", "multi30k",
-        "multi30k_reference"}
+        "tiny",
+        "base",
+        "big",
+        "reference_2017",
+        "reference_2019",
+        "multi30k",
+        "multi30k_reference",
+    }
     for name, module in hparams.REGISTRY.items():
         assert module.__name__ == f"hparams.{name}"
 
 
 def test_model_fields_come_first_and_every_field_has_a_comment():
     names = config.field_names()
-    assert names[:len(config.MODEL_FIELDS)] == config.MODEL_FIELDS
-    assert names[-len(config.DECODING_FIELDS):] == config.DECODING_FIELDS
+    assert names[: len(config.MODEL_FIELDS)] == config.MODEL_FIELDS
+    assert names[-len(config.DECODING_FIELDS) :] == config.DECODING_FIELDS
     lines = inspect.getsource(HParams).splitlines()
     for name in names:
-        (index,) = [i for i, line in enumerate(lines)
-                    if line.strip().startswith(f"{name}:")]
+        (index,) = [
+            i
+            for i, line in enumerate(lines)
+            if line.strip().startswith(f"{name}:")
+        ]
         assert lines[index - 1].strip().startswith("#"), name
 
 
@@ -51,35 +61,70 @@ def test_every_value_in_a_set_module_is_commented(name):
 
 
 def test_reference_2017_is_the_spec():
-    # REFERENCE_SPEC §1.7-1.8.
+    # docs/reference.md §1.7-1.8.
     hp = hparams.get("reference_2017")
     expected = dict(
-        flavor="reference_2017", batch_size=32, tokens_per_batch=None,
-        learning_rate_schedule="constant", learning_rate=1e-4,
-        max_length=10, max_train_length=10, num_units=512, num_layers=6,
-        train_epochs=20, train_steps=None, num_heads=8, dropout_rate=0.1,
-        attention_dropout_rate=0.1, positional_encoding="learned",
-        ffn_units=2048, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-8,
-        label_smoothing=0.1, loss_denominator_epsilon=0.0,
-        share_embeddings=False, tie_output=False, tokenizer_model_type="word",
+        flavor="reference_2017",
+        batch_size=32,
+        tokens_per_batch=None,
+        learning_rate_schedule="constant",
+        learning_rate=1e-4,
+        max_length=10,
+        max_train_length=10,
+        num_units=512,
+        num_layers=6,
+        train_epochs=20,
+        train_steps=None,
+        num_heads=8,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        positional_encoding="learned",
+        ffn_units=2048,
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-8,
+        label_smoothing=0.1,
+        loss_denominator_epsilon=0.0,
+        share_embeddings=False,
+        tie_output=False,
+        tokenizer_model_type="word",
         beam_size=1,
     )
     assert {k: getattr(hp, k) for k in expected} == expected
 
 
 def test_reference_2019_is_the_spec():
-    # REFERENCE_SPEC §2.7-2.10.
+    # docs/reference.md §2.7-2.10.
     hp = hparams.get("reference_2019")
     expected = dict(
-        flavor="reference_2019", vocab_size=32000, tokenizer_model_type="bpe",
-        batch_size=128, tokens_per_batch=None, learning_rate_schedule="noam",
-        learning_rate=3e-4, learning_rate_scale=1.0, warmup_steps=4000,
-        train_epochs=20, train_steps=None, num_units=512, ffn_units=2048,
-        num_layers=6, num_heads=8, max_length=100, max_train_length=100,
-        dropout_rate=0.3, attention_dropout_rate=0.3, label_smoothing=0.1,
-        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        loss_denominator_epsilon=1e-7, share_embeddings=True,
-        tie_output=True, positional_encoding="sinusoid", beam_size=1,
+        flavor="reference_2019",
+        vocab_size=32000,
+        tokenizer_model_type="bpe",
+        batch_size=128,
+        tokens_per_batch=None,
+        learning_rate_schedule="noam",
+        learning_rate=3e-4,
+        learning_rate_scale=1.0,
+        warmup_steps=4000,
+        train_epochs=20,
+        train_steps=None,
+        num_units=512,
+        ffn_units=2048,
+        num_layers=6,
+        num_heads=8,
+        max_length=100,
+        max_train_length=100,
+        dropout_rate=0.3,
+        attention_dropout_rate=0.3,
+        label_smoothing=0.1,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        loss_denominator_epsilon=1e-7,
+        share_embeddings=True,
+        tie_output=True,
+        positional_encoding="sinusoid",
+        beam_size=1,
         shuffle_buffer_size=128 * 128,
     )
     assert {k: getattr(hp, k) for k in expected} == expected
@@ -87,12 +132,25 @@ def test_reference_2019_is_the_spec():
 
 def test_base_and_big_are_the_paper():
     base, big = hparams.get("base"), hparams.get("big")
-    assert (base.num_layers, base.num_units, base.ffn_units, base.num_heads,
-            base.dropout_rate) == (6, 512, 2048, 8, 0.1)
-    assert (big.num_layers, big.num_units, big.ffn_units, big.num_heads,
-            big.dropout_rate) == (6, 1024, 4096, 16, 0.3)
+    assert (
+        base.num_layers,
+        base.num_units,
+        base.ffn_units,
+        base.num_heads,
+        base.dropout_rate,
+    ) == (6, 512, 2048, 8, 0.1)
+    assert (
+        big.num_layers,
+        big.num_units,
+        big.ffn_units,
+        big.num_heads,
+        big.dropout_rate,
+    ) == (6, 1024, 4096, 16, 0.3)
     assert (base.adam_beta1, base.adam_beta2, base.adam_epsilon) == (
-        0.9, 0.98, 1e-9)
+        0.9,
+        0.98,
+        1e-9,
+    )
     assert base.learning_rate is None and base.warmup_steps == 4000
     assert (base.beam_size, base.decode_alpha) == (4, 0.6)
     assert (base.train_steps, big.train_steps) == (100_000, 300_000)
@@ -105,14 +163,24 @@ def test_multi30k_reference_is_the_published_recipe():
     beam 5, the last 10 checkpoints averaged (post-norm, fairseq's default)."""
     ref = hparams.get("multi30k_reference")
     assert (ref.num_layers, ref.num_units, ref.ffn_units, ref.num_heads) == (
-        4, 128, 256, 4)
+        4,
+        128,
+        256,
+        4,
+    )
     assert ref.share_embeddings and ref.tie_output and not ref.normalize_first
     assert (ref.dropout_rate, ref.label_smoothing) == (0.3, 0.1)
-    assert (ref.learning_rate_schedule, ref.learning_rate,
-            ref.warmup_steps) == ("noam", 5e-3, 2000)
+    assert (
+        ref.learning_rate_schedule,
+        ref.learning_rate,
+        ref.warmup_steps,
+    ) == ("noam", 5e-3, 2000)
     assert (ref.tokens_per_batch, ref.train_steps) == (8192, 8000)
-    assert (ref.keep_checkpoints, ref.average_checkpoints,
-            ref.beam_size) == (10, 10, 5)
+    assert (ref.keep_checkpoints, ref.average_checkpoints, ref.beam_size) == (
+        10,
+        10,
+        5,
+    )
     # Ten checkpoints 400 steps apart: the average spans steps 4,400-8,000.
     assert ref.checkpoint_every_steps * ref.keep_checkpoints <= ref.train_steps
 
@@ -128,10 +196,16 @@ def test_overrides_are_parsed_by_the_declared_type():
     hp = config.parse_overrides(
         hparams.get("tiny"),
         " num_heads=2, dropout_rate=0.25,normalize_first=TRUE,"
-        "positional_encoding='learned',learning_rate=1e-3,warmup_steps=+10")
-    assert (hp.num_heads, hp.dropout_rate, hp.normalize_first,
-            hp.positional_encoding, hp.learning_rate, hp.warmup_steps) == (
-        2, 0.25, True, "learned", 1e-3, 10)
+        "positional_encoding='learned',learning_rate=1e-3,warmup_steps=+10",
+    )
+    assert (
+        hp.num_heads,
+        hp.dropout_rate,
+        hp.normalize_first,
+        hp.positional_encoding,
+        hp.learning_rate,
+        hp.warmup_steps,
+    ) == (2, 0.25, True, "learned", 1e-3, 10)
     assert isinstance(hp.dropout_rate, float)
     hp = config.parse_overrides(hp, "learning_rate=none,dropout_rate=0")
     assert hp.learning_rate is None and hp.dropout_rate == 0.0
@@ -139,16 +213,19 @@ def test_overrides_are_parsed_by_the_declared_type():
     assert config.parse_overrides(hp, None) is hp
 
 
-@pytest.mark.parametrize("text, message", [
-    ("num_heads=4.0", "Invalid value for hparams field `num_heads`"),
-    ("num_heads=four", "expected an int"),
-    ("dropout_rate=abc", "expected a float"),
-    ("dropout_rate=nan", "expected a float"),
-    ("normalize_first=yes", "expected true or false"),
-    ("num_heads='4'", "a quoted value is a string"),
-    ("num_heads=none", "expected an int"),
-    ("flavor=a b", "quote strings"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("num_heads=4.0", "Invalid value for hparams field `num_heads`"),
+        ("num_heads=four", "expected an int"),
+        ("dropout_rate=abc", "expected a float"),
+        ("dropout_rate=nan", "expected a float"),
+        ("normalize_first=yes", "expected true or false"),
+        ("num_heads='4'", "a quoted value is a string"),
+        ("num_heads=none", "expected an int"),
+        ("flavor=a b", "quote strings"),
+    ],
+)
 def test_overrides_are_type_checked(text, message):
     with pytest.raises(ValueError, match=message):
         config.parse_overrides(hparams.get("tiny"), text)
@@ -161,38 +238,52 @@ def test_unknown_override_lists_the_valid_keys():
         assert name in str(e.value)
 
 
-@pytest.mark.parametrize("text", [
-    "num_heads", "=4", "num_heads=4,,dropout_rate=0.1", "num_heads=4,",
-    "num heads=4", "flavor='paper", "num_heads=2,num_heads=4",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "num_heads",
+        "=4",
+        "num_heads=4,,dropout_rate=0.1",
+        "num_heads=4,",
+        "num heads=4",
+        "flavor='paper",
+        "num_heads=2,num_heads=4",
+    ],
+)
 def test_malformed_overrides(text):
     with pytest.raises(ValueError, match="[Mm]alformed|twice"):
         config.parse_overrides(hparams.get("tiny"), text)
 
 
-@pytest.mark.parametrize("text, field", [
-    ("num_heads=3", "num_units"),
-    ("dropout_rate=1.5", "dropout_rate"),
-    ("flavor=transformer", "flavor"),
-    ("batch_size=none", "batch_size"),
-    ("train_epochs=3", "train_steps"),
-    ("normalize_first=true,flavor=reference_2019", "normalize_first"),
-    ("learning_rate_schedule=constant,learning_rate=none", "learning_rate"),
-    ("max_train_length=1000", "max_train_length"),
-    ("embeddings_initializer=zeros", "embeddings_initializer"),
-    ("eval_every_steps=-1", "eval_every_steps"),
-    ("eval_sentences=0", "eval_sentences"),
-    ("learning_rate_schedule=cosine,learning_rate=none", "learning_rate"),
-    ("learning_rate_schedule=cosine,learning_rate=1e-3,warmup_steps=50,"
-     "train_steps=50", "train_steps"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("num_heads=3", "num_units"),
+        ("dropout_rate=1.5", "dropout_rate"),
+        ("flavor=transformer", "flavor"),
+        ("batch_size=none", "batch_size"),
+        ("train_epochs=3", "train_steps"),
+        ("normalize_first=true,flavor=reference_2019", "normalize_first"),
+        ("learning_rate_schedule=constant,learning_rate=none", "learning_rate"),
+        ("max_train_length=1000", "max_train_length"),
+        ("embeddings_initializer=zeros", "embeddings_initializer"),
+        ("eval_every_steps=-1", "eval_every_steps"),
+        ("eval_sentences=0", "eval_sentences"),
+        ("learning_rate_schedule=cosine,learning_rate=none", "learning_rate"),
+        (
+            "learning_rate_schedule=cosine,learning_rate=1e-3,warmup_steps=50,"
+            "train_steps=50",
+            "train_steps",
+        ),
+    ],
+)
 def test_overridden_sets_are_validated(text, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
         config.parse_overrides(hparams.get("tiny"), text)
 
 
 def test_commas_inside_quotes_do_not_split():
-    items = config._split_items("a='x,y',b=\"1,2\",c=3")
+    items = overrides._split_items("a='x,y',b=\"1,2\",c=3")
     assert items == ["a='x,y'", 'b="1,2"', "c=3"]
 
 
@@ -205,13 +296,17 @@ def test_code_in_overrides_is_never_executed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(builtins, "eval", refuse)
     monkeypatch.setattr(builtins, "exec", refuse)
-    for field in ("num_layers", "dropout_rate", "normalize_first", "flavor",
-                  "learning_rate"):
+    for field in (
+        "num_layers",
+        "dropout_rate",
+        "normalize_first",
+        "flavor",
+        "learning_rate",
+    ):
         with pytest.raises(ValueError):
             config.parse_overrides(hparams.get("tiny"), f"{field}={payload}")
         with pytest.raises(ValueError):
-            config.parse_overrides(hparams.get("tiny"),
-                                    f'{field}="{payload}"')
+            config.parse_overrides(hparams.get("tiny"), f'{field}="{payload}"')
     assert not marker.exists()
     # A valid string still parses with eval and exec unavailable.
     hp = config.parse_overrides(hparams.get("tiny"), "flavor=paper")
@@ -253,8 +348,12 @@ def test_scaled_normal_embeddings_have_std_num_units_to_the_minus_half():
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     from tfattn import Transformer
 
-    hp = dataclasses.replace(hparams.get("tiny"), num_units=64, num_heads=2,
-                             embeddings_initializer="scaled_normal")
+    hp = dataclasses.replace(
+        hparams.get("tiny"),
+        num_units=64,
+        num_heads=2,
+        embeddings_initializer="scaled_normal",
+    )
     model = Transformer(**config.model_kwargs(hp, 4000), seed=1)
     model.build(((2, 3), (2, 3)))
     table = model.source_embedding.embeddings.numpy()
@@ -271,10 +370,14 @@ def test_differences_and_field_groups():
     tiny = hparams.get("tiny")
     other = dataclasses.replace(tiny, num_heads=2, train_steps=5)
     assert config.differences(tiny, other) == ["num_heads", "train_steps"]
-    assert config.differences(
-        tiny, other, ignore=config.RESUMABLE_FIELDS) == ["num_heads"]
-    groups = (set(config.MODEL_FIELDS) | set(config.training_fields())
-              | set(config.DECODING_FIELDS))
+    assert config.differences(tiny, other, ignore=config.RESUMABLE_FIELDS) == [
+        "num_heads"
+    ]
+    groups = (
+        set(config.MODEL_FIELDS)
+        | set(config.training_fields())
+        | set(config.DECODING_FIELDS)
+    )
     assert groups == set(config.field_names())
 
 
@@ -283,8 +386,13 @@ def test_model_kwargs_build_a_transformer():
     from tfattn import Transformer
 
     for name in ("tiny", "reference_2017", "reference_2019"):
-        hp = dataclasses.replace(hparams.get(name), num_layers=1,
-                                 num_units=16, num_heads=2, ffn_units=8)
+        hp = dataclasses.replace(
+            hparams.get(name),
+            num_layers=1,
+            num_units=16,
+            num_heads=2,
+            ffn_units=8,
+        )
         model = Transformer(**config.model_kwargs(hp, 50))
         assert model.flavor == hp.flavor
         assert model.share_embeddings == hp.share_embeddings

@@ -1,4 +1,4 @@
-"""Tests of tfattn.losses (REFERENCE_SPEC §1.6-1.7, §2.7, §2.9, §5).
+"""Tests of tfattn.losses (docs/reference.md §1.6-1.7, §2.7, §2.9, §5).
 
 The oracle is tests/reference_numpy.py (float64, with an explicit smoothed
 one-hot); the code under test uses a closed form without one-hots.
@@ -36,10 +36,12 @@ def _data(seed=0, scale=3.0, vocab=V):
 @pytest.mark.parametrize("denominator_epsilon", [0.0, 1e-7])
 def test_matches_reference(epsilon, denominator_epsilon):
     labels, logits = _data()
-    got = smoothed_cross_entropy(labels, logits, epsilon=epsilon,
-                                 denominator_epsilon=denominator_epsilon)
-    want = ref.smoothed_cross_entropy(logits, labels, epsilon=epsilon,
-                                      denom_epsilon=denominator_epsilon)
+    got = smoothed_cross_entropy(
+        labels, logits, epsilon=epsilon, denominator_epsilon=denominator_epsilon
+    )
+    want = ref.smoothed_cross_entropy(
+        logits, labels, epsilon=epsilon, denom_epsilon=denominator_epsilon
+    )
     assert got.dtype == "float32" and got.shape == ()
     np.testing.assert_allclose(float(got), want, rtol=1e-6)
 
@@ -55,11 +57,15 @@ def test_matches_reference_with_other_pad_id_and_large_logits():
 def test_per_token_loss_equals_explicit_smoothed_targets():
     """CE = -Σ label_smoothing(onehot)·log_softmax, token by token."""
     labels, logits = _data(2)
-    per_token = np.asarray(LabelSmoothedCrossEntropy(pad_id=None).call(labels, logits))
+    per_token = np.asarray(
+        LabelSmoothedCrossEntropy(pad_id=None).call(labels, logits)
+    )
     one_hot = np.eye(V, dtype="float32")[labels]
     y_s = ref.label_smoothing(one_hot, 0.1)
     log_sm = logits - np.log(np.sum(np.exp(logits), -1, keepdims=True))
-    np.testing.assert_allclose(per_token, -np.sum(y_s * log_sm, -1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        per_token, -np.sum(y_s * log_sm, -1), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
@@ -80,12 +86,14 @@ def test_gradient_matches_numpy(epsilon, jit_compile):
         with tf.GradientTape() as tape:
             tape.watch(logits)
             total, count = smoothed_cross_entropy_sum(
-                labels, logits, epsilon=epsilon, pad_id=-100, weights=weights)
+                labels, logits, epsilon=epsilon, pad_id=-100, weights=weights
+            )
             loss = total / count
         return tape.gradient(loss, logits)
 
-    got = gradient.get_concrete_function(tf.TensorSpec((None, None), tf.int32), spec)(
-        tf.constant(labels), tf.constant(logits))
+    got = gradient.get_concrete_function(
+        tf.TensorSpec((None, None), tf.int32), spec
+    )(tf.constant(labels), tf.constant(logits))
     z = logits.astype("float64")
     softmax = np.exp(z - z.max(-1, keepdims=True))
     softmax /= softmax.sum(-1, keepdims=True)
@@ -119,7 +127,9 @@ def test_pads_are_excluded():
     changed[labels == 0] = 100.0 * np.random.default_rng(0).normal(
         size=changed[labels == 0].shape
     )
-    assert float(smoothed_cross_entropy(labels, changed)) == pytest.approx(base, rel=1e-6)
+    assert float(smoothed_cross_entropy(labels, changed)) == pytest.approx(
+        base, rel=1e-6
+    )
     # Only the real targets are counted in the denominator.
     total, count = smoothed_cross_entropy_sum(labels, logits)
     assert float(count) == np.sum(labels != 0)
@@ -129,7 +139,9 @@ def test_pads_are_excluded():
 def test_pad_id_none_counts_everything_and_out_of_vocab_pads_are_fine():
     labels, logits = _data(4)
     all_tokens = smoothed_cross_entropy(labels, logits, pad_id=None)
-    want = ref.smoothed_cross_entropy(logits, labels, pad_id=-1)  # no label is -1
+    want = ref.smoothed_cross_entropy(
+        logits, labels, pad_id=-1
+    )  # no label is -1
     np.testing.assert_allclose(float(all_tokens), want, rtol=1e-6)
     ignored = np.where(labels == 0, -100, labels)
     np.testing.assert_allclose(
@@ -143,17 +155,24 @@ def test_all_padding_batch_gives_zero_not_nan():
     _, logits = _data()
     labels = np.zeros((B, T), "int32")
     assert float(smoothed_cross_entropy(labels, logits)) == 0.0
-    assert float(smoothed_cross_entropy(labels, logits, denominator_epsilon=1e-7)) == 0.0
+    assert (
+        float(smoothed_cross_entropy(labels, logits, denominator_epsilon=1e-7))
+        == 0.0
+    )
 
 
 def test_sum_variant_with_weights_gives_the_global_token_mean():
     labels, logits = _data(5)
     # Two "replicas" holding different numbers of pads.
-    parts = [smoothed_cross_entropy_sum(labels[:1], logits[:1]),
-             smoothed_cross_entropy_sum(labels[1:], logits[1:])]
+    parts = [
+        smoothed_cross_entropy_sum(labels[:1], logits[:1]),
+        smoothed_cross_entropy_sum(labels[1:], logits[1:]),
+    ]
     total = sum(float(t) for t, _ in parts)
     count = sum(float(c) for _, c in parts)
-    np.testing.assert_allclose(total / count, ref.smoothed_cross_entropy(logits, labels), rtol=1e-6)
+    np.testing.assert_allclose(
+        total / count, ref.smoothed_cross_entropy(logits, labels), rtol=1e-6
+    )
     weights = np.array([1.0, 0.0, 1.0], "float32")  # per sequence, [B]
     t_w, c_w = smoothed_cross_entropy_sum(labels, logits, weights=weights)
     keep = [0, 2]
@@ -184,8 +203,10 @@ def test_jit_compile_and_dynamic_shapes():
     labels, logits = _data(7)
     fn = tf.function(
         lambda y, z: smoothed_cross_entropy(y, z, denominator_epsilon=1e-7),
-        input_signature=[tf.TensorSpec((None, None), tf.int32),
-                         tf.TensorSpec((None, None, None), tf.float32)],
+        input_signature=[
+            tf.TensorSpec((None, None), tf.int32),
+            tf.TensorSpec((None, None, None), tf.float32),
+        ],
         jit_compile=True,
     )
     np.testing.assert_allclose(
@@ -201,12 +222,19 @@ def test_jit_compile_and_dynamic_shapes():
 
 def test_loss_class_equals_function_and_serializes():
     labels, logits = _data(8)
-    loss = LabelSmoothedCrossEntropy(epsilon=0.2, pad_id=0, denominator_epsilon=1e-7)
+    loss = LabelSmoothedCrossEntropy(
+        epsilon=0.2, pad_id=0, denominator_epsilon=1e-7
+    )
     want = ref.smoothed_cross_entropy(logits, labels, 0.2, denom_epsilon=1e-7)
     np.testing.assert_allclose(float(loss(labels, logits)), want, rtol=1e-6)
     config = loss.get_config()
-    assert config == dict(name="label_smoothed_cross_entropy", epsilon=0.2,
-                          pad_id=0, denominator_epsilon=1e-7, dtype="float32")
+    assert config == dict(
+        name="label_smoothed_cross_entropy",
+        epsilon=0.2,
+        pad_id=0,
+        denominator_epsilon=1e-7,
+        dtype="float32",
+    )
     clone = LabelSmoothedCrossEntropy.from_config(config)
     assert clone.get_config() == config
     revived = keras.saving.deserialize_keras_object(
@@ -222,10 +250,18 @@ def test_loss_class_sample_weight_and_keras_mask():
     weights = np.array([[1.0], [0.0], [1.0]], "float32")  # [B, 1]
     keep = [0, 2]
     want = ref.smoothed_cross_entropy(logits[keep], labels[keep])
-    np.testing.assert_allclose(float(loss(labels, logits, sample_weight=weights)), want, rtol=1e-6)
-    np.testing.assert_allclose(float(loss(labels, logits, sample_weight=weights[:, 0])), want, rtol=1e-6)
+    np.testing.assert_allclose(
+        float(loss(labels, logits, sample_weight=weights)), want, rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        float(loss(labels, logits, sample_weight=weights[:, 0])),
+        want,
+        rtol=1e-6,
+    )
     masked = tf.constant(logits)
-    masked._keras_mask = tf.constant(np.arange(B)[:, None] != 1) & tf.ones((B, T), bool)
+    masked._keras_mask = tf.constant(np.arange(B)[:, None] != 1) & tf.ones(
+        (B, T), bool
+    )
     np.testing.assert_allclose(float(loss(labels, masked)), want, rtol=1e-6)
 
 
@@ -235,7 +271,9 @@ def test_loss_class_per_token_call():
     assert per_token.shape == (B, T)
     assert np.all(per_token[labels == 0] == 0)
     np.testing.assert_allclose(
-        per_token.sum() / np.sum(labels != 0), ref.smoothed_cross_entropy(logits, labels), rtol=1e-6
+        per_token.sum() / np.sum(labels != 0),
+        ref.smoothed_cross_entropy(logits, labels),
+        rtol=1e-6,
     )
 
 
@@ -243,8 +281,12 @@ def test_loss_class_trains_a_model_with_integer_targets():
     labels, logits = _data(11)
     inp = keras.Input((T, V))
     model = keras.Model(inp, keras.layers.Dense(V)(inp))
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LabelSmoothedCrossEntropy())
-    history = model.fit(logits, labels.astype("int64"), batch_size=B, epochs=2, verbose=0)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1), loss=LabelSmoothedCrossEntropy()
+    )
+    history = model.fit(
+        logits, labels.astype("int64"), batch_size=B, epochs=2, verbose=0
+    )
     losses = history.history["loss"]
     assert np.all(np.isfinite(losses)) and losses[1] < losses[0]
     out = model.predict(logits, verbose=0)
@@ -266,7 +308,10 @@ def test_loss_class_trains_a_model_with_integer_targets():
         (dict(epsilon=-0.1), r"argument `epsilon`.*epsilon=-0.1"),
         (dict(epsilon="0.1"), r"argument `epsilon`.*epsilon='0.1'"),
         (dict(pad_id=0.0), r"argument `pad_id`.*integer or None.*pad_id=0.0"),
-        (dict(denominator_epsilon=-1e-7), r"argument `denominator_epsilon`.*>= 0.*denominator_epsilon=-1e-07"),
+        (
+            dict(denominator_epsilon=-1e-7),
+            r"argument `denominator_epsilon`.*>= 0.*denominator_epsilon=-1e-07",
+        ),
     ],
 )
 def test_rejects_bad_arguments(kwargs, pattern):
@@ -286,16 +331,33 @@ def test_sum_variant_rejects_bad_epsilon():
 @pytest.mark.parametrize(
     "labels, logits, pattern",
     [
-        (np.ones((B, T), "float32"), np.ones((B, T, V), "float32"),
-         r"argument `labels`.*integer tensor of shape \(3, 6\).*dtype float32 and shape \(3, 6\)"),
-        (np.ones((B, T + 1), "int32"), np.ones((B, T, V), "float32"),
-         r"argument `labels`.*\(3, 6\).*logits' shape \(3, 6, 13\).*shape \(3, 7\)"),
-        (np.ones((B, T, 1), "int32"), np.ones((B, T, V), "float32"),
-         r"argument `labels`.*shape \(3, 6, 1\)"),
-        (np.ones((B, T), "int32"), np.ones((B, T, V), "int32"),
-         r"argument `logits`.*float tensor of shape \[..., V\].*dtype int32"),
-        (np.ones((), "int32"), np.float32(1.0),
-         r"argument `logits`.*shape \(\)"),
+        (
+            np.ones((B, T), "float32"),
+            np.ones((B, T, V), "float32"),
+            r"argument `labels`.*integer tensor of shape \(3, 6\).*dtype "
+            r"float32 and shape \(3, 6\)",
+        ),
+        (
+            np.ones((B, T + 1), "int32"),
+            np.ones((B, T, V), "float32"),
+            r"argument `labels`.*\(3, 6\).*logits' shape \(3, 6, 13\).*shape "
+            r"\(3, 7\)",
+        ),
+        (
+            np.ones((B, T, 1), "int32"),
+            np.ones((B, T, V), "float32"),
+            r"argument `labels`.*shape \(3, 6, 1\)",
+        ),
+        (
+            np.ones((B, T), "int32"),
+            np.ones((B, T, V), "int32"),
+            r"argument `logits`.*float tensor of shape \[..., V\].*dtype int32",
+        ),
+        (
+            np.ones((), "int32"),
+            np.float32(1.0),
+            r"argument `logits`.*shape \(\)",
+        ),
     ],
 )
 def test_rejects_bad_tensors(labels, logits, pattern):

@@ -30,8 +30,12 @@ def _write_checkpoints(model_dir, steps=(1, 2, 3)):
     value = tf.Variable(0.0)
     step = tf.Variable(0, dtype=tf.int64)
     manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(value=value), str(model_dir), max_to_keep=None,
-        checkpoint_name="ckpt", step_counter=step)
+        tf.train.Checkpoint(value=value),
+        str(model_dir),
+        max_to_keep=None,
+        checkpoint_name="ckpt",
+        step_counter=step,
+    )
     for n in steps:
         value.assign(float(n))
         manager.save(checkpoint_number=n)
@@ -54,8 +58,14 @@ def test_checkpoints_are_found_without_their_index(tmp_path, caplog):
     assert checkpoints.latest(str(tmp_path)) == paths[-1]
     checkpoints.write_index(str(tmp_path), paths[-1])
     assert tf.train.latest_checkpoint(str(tmp_path)) == paths[-1]
-    assert list(tf.train.get_checkpoint_state(
-        str(tmp_path)).all_model_checkpoint_paths) == paths
+    assert (
+        list(
+            tf.train.get_checkpoint_state(
+                str(tmp_path)
+            ).all_model_checkpoint_paths
+        )
+        == paths
+    )
 
 
 def test_an_unreadable_index_counts_as_missing(tmp_path):
@@ -71,7 +81,8 @@ def test_a_truncated_latest_checkpoint_falls_back_by_name(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert checkpoints.latest(str(tmp_path)) == paths[1]
     assert f"Using {paths[1]}: the newer {paths[2]} do not read back" in (
-        caplog.text)
+        caplog.text
+    )
     checkpoints.write_index(str(tmp_path), paths[1])
     assert tf.train.latest_checkpoint(str(tmp_path)) == paths[1]
 
@@ -80,8 +91,11 @@ def test_no_readable_checkpoint_is_an_error_naming_them(tmp_path):
     paths = _write_checkpoints(tmp_path, steps=(4, 8))
     for path in paths:
         _truncate(path)
-    with pytest.raises(ValueError, match=r"no checkpoint reads back whole: "
-                                         f".*{paths[1]}: .*{paths[0]}: "):
+    with pytest.raises(
+        ValueError,
+        match=r"no checkpoint reads back whole: "
+        f".*{paths[1]}: .*{paths[0]}: ",
+    ):
         checkpoints.latest(str(tmp_path))
     assert checkpoints.latest(str(tmp_path / "empty")) is None
 
@@ -102,8 +116,12 @@ def test_the_lock_is_reentrant_and_refuses_another_process(tmp_path):
                 print(error)
                 sys.exit(3)
         """)
-        out = subprocess.run([sys.executable, "-c", script],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert out.returncode == 3, out.stderr[-2000:]
     assert f"is in use by process {os.getpid()} on " in out.stdout
     assert "use another --model_dir" in out.stdout
@@ -116,8 +134,11 @@ def test_the_lock_is_reentrant_and_refuses_another_process(tmp_path):
 def test_a_dead_process_lock_is_taken_over_with_a_warning(tmp_path, caplog):
     model_dir = tmp_path / "run"
     model_dir.mkdir()
-    (model_dir / ".lock").write_text(json.dumps(
-        {"pid": 4194303, "host": "gone", "command": "train.py --old"}))
+    (model_dir / ".lock").write_text(
+        json.dumps(
+            {"pid": 4194303, "host": "gone", "command": "train.py --old"}
+        )
+    )
     with caplog.at_level(logging.WARNING):
         with run_dir.hold(model_dir):
             holder = json.loads((model_dir / ".lock").read_text())
@@ -129,28 +150,31 @@ def test_a_dead_process_lock_is_taken_over_with_a_warning(tmp_path, caplog):
 def test_the_model_dir_cannot_be_a_file(tmp_path):
     path = tmp_path / "run"
     path.write_text("not a directory")
-    with pytest.raises(NotADirectoryError, match=f"{path}: is a file, "
-                                                 "expected a model directory"):
+    with pytest.raises(
+        NotADirectoryError,
+        match=f"{path}: is a file, expected a model directory",
+    ):
         with run_dir.hold(path):
             pass
 
 
 @pytest.mark.slow
-def test_training_resumes_without_the_index_and_past_a_truncated_one(
-        tmp_path):
+def test_training_resumes_without_the_index_and_past_a_truncated_one(tmp_path):
     """The deleted-index case that used to restart at step 0 and overwrite
     the trained checkpoints: it resumes at the newest readable one."""
     training.train(TEST_HPARAMS, "numbers", tmp_path, steps=10, verbose=0)
     assert checkpoint_steps(tmp_path) == [5, 10]
-    trained = checkpoint_value(str(tmp_path / "ckpt-10"),
-                               "model/source_embedding")
+    trained = checkpoint_value(
+        str(tmp_path / "ckpt-10"), "model/source_embedding"
+    )
     os.remove(tmp_path / "checkpoint")
     result = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
     assert (result.start_step, result.step) == (10, 15)
     assert checkpoint_steps(tmp_path) == [5, 10, 15]
     np.testing.assert_array_equal(
         checkpoint_value(str(tmp_path / "ckpt-10"), "model/source_embedding"),
-        trained)
+        trained,
+    )
 
     _truncate(str(tmp_path / "ckpt-15"))
     result = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
@@ -163,21 +187,30 @@ def test_training_resumes_without_the_index_and_past_a_truncated_one(
 @pytest.mark.slow
 def test_a_second_train_py_on_one_model_dir_is_refused(tmp_path):
     model_dir = tmp_path / "run"
-    command = [sys.executable, "train.py", "--hparams=tiny",
-               "--dataset=numbers", f"--model_dir={model_dir}",
-               "--samples=0", "--progress_bar=false", "--train_steps=100000"]
+    command = [
+        sys.executable,
+        "train.py",
+        "--hparams=tiny",
+        "--dataset=numbers",
+        f"--model_dir={model_dir}",
+        "--samples=0",
+        "--progress_bar=false",
+        "--train_steps=100000",
+    ]
     log = tmp_path / "first.log"
     with open(log, "w") as out:
-        first = subprocess.Popen(command, cwd=REPO, stdout=out,
-                                 stderr=subprocess.STDOUT)
+        first = subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.time() + 300
         while "Training a" not in log.read_text():
             assert first.poll() is None, log.read_text()[-3000:]
             assert time.time() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
-        second = subprocess.run(command, cwd=REPO, capture_output=True,
-                                text=True, timeout=300)
+        second = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=300
+        )
     finally:
         first.kill()
         first.wait()

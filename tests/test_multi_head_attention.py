@@ -1,6 +1,6 @@
 """Tests of tfattn.MultiHeadAttention against independent references.
 
-References: tests/reference_numpy.py (NumPy written from REFERENCE_SPEC, not
+References: tests/reference_numpy.py (NumPy written from docs/reference.md, not
 from the layer) for the reference flavours, and keras.layers.MultiHeadAttention
 with copied weights for the paper flavour.
 """
@@ -52,8 +52,13 @@ def test_layer_contract(flavor, causality):
     num_weights = 8  # paper: 4 Dense x (kernel, bias); reference: 3 Dense + LN
     run_layer_test(
         tfattn.MultiHeadAttention,
-        dict(num_heads=H, flavor=flavor, causality=causality, dropout_rate=0.1,
-             seed=3),
+        dict(
+            num_heads=H,
+            flavor=flavor,
+            causality=causality,
+            dropout_rate=0.1,
+            seed=3,
+        ),
         x,
         expected_output_shape=(B, T, C),
         expected_num_trainable_weights=num_weights,
@@ -78,13 +83,21 @@ def test_keras_file_round_trip():
         for causality in (False, True):
             assert_keras_file_round_trip(
                 tfattn.MultiHeadAttention,
-                dict(num_heads=H, flavor=flavor, causality=causality,
-                     dropout_rate=0.1, seed=3),
-                _inputs())
+                dict(
+                    num_heads=H,
+                    flavor=flavor,
+                    causality=causality,
+                    dropout_rate=0.1,
+                    seed=3,
+                ),
+                _inputs(),
+            )
     q, kv = _inputs(0, length=3), _inputs(1, length=6)
     assert_keras_file_round_trip(
-        tfattn.MultiHeadAttention, dict(num_heads=H, flavor="reference_2019"),
-        [q, kv, kv])
+        tfattn.MultiHeadAttention,
+        dict(num_heads=H, flavor="reference_2019"),
+        [q, kv, kv],
+    )
 
 
 def test_public_sublayers_have_documented_shapes():
@@ -134,7 +147,12 @@ def test_reference_2019_matches_numpy(causality):
             queries, keys, values, key_masks=masks, return_attention_scores=True
         )
         want_out, want_w = ref.mha_reference_2019(
-            queries, keys, values, _params(layer), H, key_masks=masks,
+            queries,
+            keys,
+            values,
+            _params(layer),
+            H,
+            key_masks=masks,
             causality=causality,
         )
         np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
@@ -142,14 +160,19 @@ def test_reference_2019_matches_numpy(causality):
 
 
 def test_paper_matches_numpy_with_explicit_mask():
-    x, memory = _inputs(0, zero_rows=False), _inputs(1, length=7, zero_rows=False)
+    x, memory = (
+        _inputs(0, zero_rows=False),
+        _inputs(1, length=7, zero_rows=False),
+    )
     attend = np.random.default_rng(2).random((B, T, 7)) > 0.3
     attend[:, :, 0] = True
     layer = _built("paper", x)
-    out, weights = layer(x, memory, attention_mask=attend,
-                         return_attention_scores=True)
-    want_out, want_w = ref.mha_paper(x, memory, memory, _params(layer), H,
-                                     attend_mask=attend)
+    out, weights = layer(
+        x, memory, attention_mask=attend, return_attention_scores=True
+    )
+    want_out, want_w = ref.mha_paper(
+        x, memory, memory, _params(layer), H, attend_mask=attend
+    )
     np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
     np.testing.assert_allclose(weights, want_w, atol=1e-6, rtol=0)
 
@@ -176,20 +199,27 @@ def test_paper_matches_keras_padding_mask():
     # Keras 3.15's fused path (no scores, no dropout) gives a padded query,
     # which sees no key, uniform weights; its scores path gives it zero
     # weights, as tfattn does (the padded positions are checked below).
-    np.testing.assert_allclose(np.asarray(got)[0, :3], np.asarray(want)[0, :3],
-                               atol=1e-5, rtol=0)
-    np.testing.assert_allclose(np.asarray(got)[1], np.asarray(want)[1],
-                               atol=1e-5, rtol=0)
-    scored = keras.Model(inp, theirs(embed(inp), embed(inp),
-                                     return_attention_scores=True)[0])(ids)
+    np.testing.assert_allclose(
+        np.asarray(got)[0, :3], np.asarray(want)[0, :3], atol=1e-5, rtol=0
+    )
+    np.testing.assert_allclose(
+        np.asarray(got)[1], np.asarray(want)[1], atol=1e-5, rtol=0
+    )
+    scored = keras.Model(
+        inp, theirs(embed(inp), embed(inp), return_attention_scores=True)[0]
+    )(ids)
     np.testing.assert_allclose(got, scored, atol=1e-5, rtol=0)
     bias = ours.output_dense.bias.numpy()
-    np.testing.assert_allclose(np.asarray(got)[0, 3:], np.stack([bias, bias]),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(got)[0, 3:], np.stack([bias, bias]), atol=1e-6
+    )
     # The padding mask must matter: without it the output differs.
     plain = tf.identity(embed(ids))  # the same values without the mask
     unmasked = ours(plain, plain)
-    assert np.abs(np.asarray(unmasked)[0, :3] - np.asarray(got)[0, :3]).max() > 1e-4
+    assert (
+        np.abs(np.asarray(unmasked)[0, :3] - np.asarray(got)[0, :3]).max()
+        > 1e-4
+    )
 
 
 def test_paper_matches_keras_causal_and_explicit_masks():
@@ -206,19 +236,20 @@ def test_paper_matches_keras_causal_and_explicit_masks():
     np.testing.assert_allclose(
         plain(x, memory, attention_mask=attend),
         plain_twin(x, memory, attention_mask=attend),
-        atol=1e-5, rtol=0,
+        atol=1e-5,
+        rtol=0,
     )
 
 
 # --------------------------------------------------------------------------
-# Facts of REFERENCE_SPEC §5.
+# Facts of docs/reference.md §5.
 
 
 def test_mask_constant_is_the_reference_float32_value():
     p = np.float32(tfattn.ops.REFERENCE_MASK_VALUE)
     assert p == np.float32(-4294967296.0)
     # The float32 spacing is 512 below P and 256 above it, so scores in
-    # (-256, 128] vanish into P (REFERENCE_SPEC §5 says |s| < 256; 129..255
+    # (-256, 128] vanish into P (docs/reference.md §5 says |s| < 256; 129..255
     # actually round to P + 256).
     assert np.float32(p + np.float32(128.0)) == p
     assert np.float32(p - np.float32(255.0)) == p
@@ -235,7 +266,9 @@ def test_head_layout_head_i_owns_its_channels():
         dense.kernel.assign(kernel)
     _, after = layer(x, return_attention_scores=True)
     np.testing.assert_array_equal(after[:, 0], before[:, 0])
-    assert np.abs(np.asarray(after[:, 1]) - np.asarray(before[:, 1])).max() > 1e-3
+    assert (
+        np.abs(np.asarray(after[:, 1]) - np.asarray(before[:, 1])).max() > 1e-3
+    )
 
 
 def test_scale_is_one_over_sqrt_head_width():
@@ -263,13 +296,16 @@ def test_reference_2017_zero_rows():
     assert np.all(weights[0, :, :-2, -2:] == 0.0)
     # Zero query rows: attention output 0, so the layer output is beta.
     beta = layer.layer_norm.beta.numpy()
-    np.testing.assert_allclose(np.asarray(out)[0, -2:], np.stack([beta, beta]),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(out)[0, -2:], np.stack([beta, beta]), atol=1e-6
+    )
     # A query whose keys are all masked gets uniform weights 1/T_k.
     keys = np.zeros((B, 4, C), "float32")
     _, weights = layer(x, keys, return_attention_scores=True)
     real_rows = np.asarray(weights)[1]
-    np.testing.assert_allclose(real_rows, np.full_like(real_rows, 0.25), atol=1e-7)
+    np.testing.assert_allclose(
+        real_rows, np.full_like(real_rows, 0.25), atol=1e-7
+    )
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
@@ -279,10 +315,10 @@ def test_causality_future_inputs_do_not_leak(flavor):
     base = np.asarray(layer(x))
     for t in range(T - 1):
         changed = x.copy()
-        changed[:, t + 1:] += 5.0
+        changed[:, t + 1 :] += 5.0
         out = np.asarray(layer(changed))
         np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6)
-        assert np.abs(out[:, t + 1:] - base[:, t + 1:]).max() > 1e-3
+        assert np.abs(out[:, t + 1 :] - base[:, t + 1 :]).max() > 1e-3
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
@@ -294,7 +330,10 @@ def test_dropout_acts_only_when_training(flavor):
     quiet.set_weights(layer.get_weights())
     np.testing.assert_allclose(layer(x, training=False), quiet(x), atol=1e-6)
     np.testing.assert_allclose(layer(x), quiet(x), atol=1e-6)
-    assert np.abs(np.asarray(layer(x, training=True)) - np.asarray(quiet(x))).max() > 1e-3
+    assert (
+        np.abs(np.asarray(layer(x, training=True)) - np.asarray(quiet(x))).max()
+        > 1e-3
+    )
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -333,11 +372,20 @@ def test_jit_compile_equals_eager(flavor):
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(num_units=10, num_heads=4), r"argument `num_units`.*multiple of num_heads=4.*num_units=10"),
+        (
+            dict(num_units=10, num_heads=4),
+            r"argument `num_units`.*multiple of num_heads=4.*num_units=10",
+        ),
         (dict(num_heads=0), r"argument `num_heads`.*num_heads=0"),
         (dict(num_heads=2.5), r"argument `num_heads`.*num_heads=2.5"),
-        (dict(dropout_rate=1.0), r"argument `dropout_rate`.*\[0, 1\).*dropout_rate=1.0"),
-        (dict(dropout_rate=-0.1), r"argument `dropout_rate`.*dropout_rate=-0.1"),
+        (
+            dict(dropout_rate=1.0),
+            r"argument `dropout_rate`.*\[0, 1\).*dropout_rate=1.0",
+        ),
+        (
+            dict(dropout_rate=-0.1),
+            r"argument `dropout_rate`.*dropout_rate=-0.1",
+        ),
         (dict(flavor="2017"), r"argument `flavor`.*'paper'.*flavor='2017'"),
         (dict(causality="yes"), r"argument `causality`.*causality='yes'"),
     ],
@@ -349,27 +397,60 @@ def test_constructor_rejects_bad_arguments(kwargs, pattern):
 
 def test_num_units_not_dividing_queries_width():
     layer = tfattn.MultiHeadAttention(num_heads=3)
-    with pytest.raises(ValueError, match=r"`num_units`.*multiple of num_heads=3.*num_units=8"):
+    with pytest.raises(
+        ValueError, match=r"`num_units`.*multiple of num_heads=3.*num_units=8"
+    ):
         layer(_inputs())
 
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
 def test_reference_flavours_need_num_units_equal_to_queries_width(flavor):
     layer = tfattn.MultiHeadAttention(num_units=4, num_heads=2, flavor=flavor)
-    with pytest.raises(ValueError, match=r"`num_units`.*queries' width 8.*num_units=4"):
+    with pytest.raises(
+        ValueError, match=r"`num_units`.*queries' width 8.*num_units=4"
+    ):
         layer(_inputs())
 
 
 @pytest.mark.parametrize(
     "args, kwargs, pattern",
     [
-        ((np.zeros((B, C), "float32"),), {}, r"`queries`.*rank-3.*shape \(2, 8\)"),
-        ((_inputs(), np.zeros((B, T, C, 1), "float32")), {}, r"`keys`.*rank-3.*\(2, 5, 8, 1\)"),
-        ((_inputs(), _inputs(batch=3)), {}, r"`keys`.*same batch size as `queries` \(2\).*\(3, 5, 8\)"),
-        ((_inputs(), _inputs(), _inputs(length=4)), {}, r"`values` and `keys`, except the last one, must be equal.*values_shape=\(2, 4, 8\) and keys_shape=\(2, 5, 8\)"),
-        ((_inputs(),), dict(key_masks=np.zeros((B, T), bool)), r"`key_masks`.*outside flavor 'reference_2019'"),
-        ((_inputs(),), dict(attention_mask=np.ones((B, T, T), "float32")), r"`attention_mask`.*bool.*dtype float32"),
-        ((_inputs(),), dict(attention_mask=np.ones((B, T), bool)), r"`attention_mask`.*\[T_q, T_k\].*\(2, 2, 5, 5\).*shape \(2, 5\)"),
+        (
+            (np.zeros((B, C), "float32"),),
+            {},
+            r"`queries`.*rank-3.*shape \(2, 8\)",
+        ),
+        (
+            (_inputs(), np.zeros((B, T, C, 1), "float32")),
+            {},
+            r"`keys`.*rank-3.*\(2, 5, 8, 1\)",
+        ),
+        (
+            (_inputs(), _inputs(batch=3)),
+            {},
+            r"`keys`.*same batch size as `queries` \(2\).*\(3, 5, 8\)",
+        ),
+        (
+            (_inputs(), _inputs(), _inputs(length=4)),
+            {},
+            r"`values` and `keys`, except the last one, must be "
+            r"equal.*values_shape=\(2, 4, 8\) and keys_shape=\(2, 5, 8\)",
+        ),
+        (
+            (_inputs(),),
+            dict(key_masks=np.zeros((B, T), bool)),
+            r"`key_masks`.*outside flavor 'reference_2019'",
+        ),
+        (
+            (_inputs(),),
+            dict(attention_mask=np.ones((B, T, T), "float32")),
+            r"`attention_mask`.*bool.*dtype float32",
+        ),
+        (
+            (_inputs(),),
+            dict(attention_mask=np.ones((B, T), bool)),
+            r"`attention_mask`.*\[T_q, T_k\].*\(2, 2, 5, 5\).*shape \(2, 5\)",
+        ),
     ],
 )
 def test_call_rejects_bad_inputs(args, kwargs, pattern):
@@ -381,8 +462,14 @@ def test_call_rejects_bad_inputs(args, kwargs, pattern):
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(key_masks=np.zeros((B, T + 1), bool)), r"`key_masks`.*\[B, T_k\].*shape \(2, 6\)"),
-        (dict(key_masks=np.zeros((B, T), "int32")), r"`key_masks`.*bool.*dtype int32"),
+        (
+            dict(key_masks=np.zeros((B, T + 1), bool)),
+            r"`key_masks`.*\[B, T_k\].*shape \(2, 6\)",
+        ),
+        (
+            dict(key_masks=np.zeros((B, T), "int32")),
+            r"`key_masks`.*bool.*dtype int32",
+        ),
     ],
 )
 def test_reference_2019_rejects_bad_key_masks(kwargs, pattern):
@@ -393,7 +480,9 @@ def test_reference_2019_rejects_bad_key_masks(kwargs, pattern):
 
 def test_reference_2017_rejects_values():
     layer = tfattn.MultiHeadAttention(num_heads=H, flavor="reference_2017")
-    with pytest.raises(ValueError, match=r"`values`.*None in flavor 'reference_2017'"):
+    with pytest.raises(
+        ValueError, match=r"`values`.*None in flavor 'reference_2017'"
+    ):
         layer(_inputs(), _inputs(), _inputs())
 
 
@@ -408,8 +497,9 @@ def test_padding_mask_equals_the_same_attention_mask(flavor):
     keep[0, -3:] = False
     layer = _built(flavor, x)
     via_padding = layer(x, memory, padding_mask=keep)
-    via_attention = layer(x, memory, attention_mask=np.broadcast_to(
-        keep[:, None, :], (B, T, 7)))
+    via_attention = layer(
+        x, memory, attention_mask=np.broadcast_to(keep[:, None, :], (B, T, 7))
+    )
     np.testing.assert_allclose(via_padding, via_attention, atol=1e-5)
 
 
@@ -421,9 +511,11 @@ def test_cached_steps_equal_the_full_causal_pass(flavor):
     step = tf.function(
         lambda q, c, i: layer(q, cache=c, cache_index=i), jit_compile=True
     )
-    cache = layer.init_cache(B, T + 2)  # longer than needed: unused slots masked
+    cache = layer.init_cache(
+        B, T + 2
+    )  # longer than needed: unused slots masked
     for t in range(T):
-        out, cache = step(x[:, t:t + 1], cache, tf.constant(t))
+        out, cache = step(x[:, t : t + 1], cache, tf.constant(t))
         np.testing.assert_allclose(out[:, 0], full[:, t], atol=1e-5)
     assert step.experimental_get_tracing_count() == 1
 
@@ -445,16 +537,25 @@ def test_precomputed_cross_cache_equals_uncached(flavor):
 def test_cache_errors_name_the_argument():
     x = _inputs()
     layer = _built("paper", x, causality=True)
-    with pytest.raises(ValueError, match=r"argument `cache`.*'key', 'value', 'keep'"):
+    with pytest.raises(
+        ValueError, match=r"argument `cache`.*'key', 'value', 'keep'"
+    ):
         layer(x, cache={"key": 1}, cache_index=0)
     other = tfattn.MultiHeadAttention(num_heads=4, causality=True)
     other(x)
-    with pytest.raises(ValueError, match=r"argument `cache`.*another model size.*key shape \(2, 4, 3, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"argument `cache`.*another model size.*key shape \(2, 4, 3, 2\)",
+    ):
         layer(x[:, :1], cache=other.init_cache(B, 3), cache_index=0)
     plain = _built("paper", x)
-    with pytest.raises(ValueError, match=r"argument `cache_index`.*causality=False"):
+    with pytest.raises(
+        ValueError, match=r"argument `cache_index`.*causality=False"
+    ):
         plain(x[:, :1], cache=plain.init_cache(B, 3), cache_index=0)
-    with pytest.raises(ValueError, match=r"argument `padding_mask`.*\[B, T_k\].*shape \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"argument `padding_mask`.*\[B, T_k\].*shape \(2, 4\)"
+    ):
         layer(x, padding_mask=np.ones((B, 4), bool))
 
 
@@ -462,15 +563,18 @@ def test_cache_errors_name_the_argument():
 def test_query_chunking_changes_no_number(flavor):
     x = _inputs()
     layer = _built(flavor, x, causality=True, query_chunk_size=2)
-    plain = tfattn.MultiHeadAttention(num_heads=H, flavor=flavor, causality=True,
-                                      query_chunk_size=None)
+    plain = tfattn.MultiHeadAttention(
+        num_heads=H, flavor=flavor, causality=True, query_chunk_size=None
+    )
     plain(x)
     plain.set_weights(layer.get_weights())
     np.testing.assert_allclose(layer(x), plain(x), atol=1e-6)
 
 
 def test_query_chunk_size_is_checked():
-    with pytest.raises(ValueError, match=r"argument `query_chunk_size`.*query_chunk_size=0"):
+    with pytest.raises(
+        ValueError, match=r"argument `query_chunk_size`.*query_chunk_size=0"
+    ):
         tfattn.MultiHeadAttention(query_chunk_size=0)
 
 
@@ -478,7 +582,9 @@ def test_query_chunk_size_is_checked():
 # Issue 14: fully masked queries and Keras's mask shapes.
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize(
+    "policy", ["float32", "mixed_float16", "mixed_bfloat16"]
+)
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_paper_fully_masked_query_gets_zero_weights_as_keras(policy, chunk):
     """A query row of `attention_mask` that is all False: all-zero weights,
@@ -492,8 +598,11 @@ def test_paper_fully_masked_query_gets_zero_weights_as_keras(policy, chunk):
     ours = _built("paper", x, query_chunk_size=chunk)
     # Keras's scores path zeroes such rows (its fused path, without scores,
     # gives them uniform weights: Keras 3.15 is not consistent there).
-    want = np.asarray(_keras_twin(ours)(x, memory, attention_mask=attend,
-                                        return_attention_scores=True)[0])
+    want = np.asarray(
+        _keras_twin(ours)(
+            x, memory, attention_mask=attend, return_attention_scores=True
+        )[0]
+    )
     bias = ours.output_dense.bias.numpy()
     np.testing.assert_allclose(want[1, 2], bias, atol=1e-6)
     try:
@@ -504,14 +613,16 @@ def test_paper_fully_masked_query_gets_zero_weights_as_keras(policy, chunk):
             a.assign(b)
     finally:
         keras.config.set_dtype_policy("float32")
-    got, weights = low(x, memory, attention_mask=attend,
-                       return_attention_scores=True)
+    got, weights = low(
+        x, memory, attention_mask=attend, return_attention_scores=True
+    )
     weights = np.asarray(weights)
     assert np.all(weights[1, :, 2] == 0.0)
     assert np.all(np.isfinite(np.asarray(got, "float32")))
     tol = 1e-5 if policy == "float32" else 5e-2
-    np.testing.assert_allclose(np.asarray(got, "float32"), want, atol=tol,
-                               rtol=tol)
+    np.testing.assert_allclose(
+        np.asarray(got, "float32"), want, atol=tol, rtol=tol
+    )
     for flavor in ("reference_2017", "reference_2019"):
         ref = _built(flavor, x, query_chunk_size=chunk)
         _, w = ref(x, attention_mask=attend, return_attention_scores=True)
@@ -529,8 +640,9 @@ def _with_keras_mask(x, keep):
 def _keras_and_ours(query, value, rng, **kwargs):
     """A random Keras MultiHeadAttention and a paper-flavour tfattn layer
     holding its weights."""
-    theirs = random_keras_attention(query, value, rng, num_heads=H,
-                                    key_dim=C // H, **kwargs)
+    theirs = random_keras_attention(
+        query, value, rng, num_heads=H, key_dim=C // H, **kwargs
+    )
     ours = tfattn.MultiHeadAttention(num_heads=H, key_dim=C // H)
     ours(query, value)
     _load_keras_weights(ours, theirs)
@@ -540,8 +652,14 @@ def _keras_and_ours(query, value, rng, **kwargs):
 def _keras_uniform_output(theirs, value):
     """NumPy, from Keras's formulas: the output of a query that weighs all
     T_k keys 1/T_k, the output projection of the mean projected value."""
-    wv, bv = theirs._value_dense.kernel.numpy(), theirs._value_dense.bias.numpy()
-    wo, bo = theirs._output_dense.kernel.numpy(), theirs._output_dense.bias.numpy()
+    wv, bv = (
+        theirs._value_dense.kernel.numpy(),
+        theirs._value_dense.bias.numpy(),
+    )
+    wo, bo = (
+        theirs._output_dense.kernel.numpy(),
+        theirs._output_dense.bias.numpy(),
+    )
     values = np.einsum("bsc,chd->bshd", value, wv) + bv  # [B, T_k, H, d]
     return np.einsum("bhd,hdo->bo", values.mean(axis=1), wo) + bo  # [B, O]
 
@@ -558,8 +676,9 @@ def test_paper_matches_keras_default_call_at_valid_positions(cross, masks):
     rng = np.random.default_rng(11)
     length = T + 2 if cross else T
     query = rng.normal(size=(B, T, C)).astype("float32")
-    value = (rng.normal(size=(B, length, C)).astype("float32") if cross
-             else query)
+    value = (
+        rng.normal(size=(B, length, C)).astype("float32") if cross else query
+    )
     query_keep = np.ones((B, T), bool)
     query_keep[0, 3:] = False
     key_keep = np.ones((B, length), bool)
@@ -570,23 +689,30 @@ def test_paper_matches_keras_default_call_at_valid_positions(cross, masks):
         key_keep = query_keep
     theirs, ours = _keras_and_ours(query, value, rng)
     if masks == "implicit":
-        want = theirs(_with_keras_mask(query, query_keep),
-                      _with_keras_mask(value, key_keep))
-        got = ours(_with_keras_mask(query, query_keep),
-                   _with_keras_mask(value, key_keep))
+        want = theirs(
+            _with_keras_mask(query, query_keep),
+            _with_keras_mask(value, key_keep),
+        )
+        got = ours(
+            _with_keras_mask(query, query_keep),
+            _with_keras_mask(value, key_keep),
+        )
     else:
         attend = query_keep[:, :, None] & key_keep[:, None, :]
         want = theirs(query, value, attention_mask=attend)
         got = ours(query, value, attention_mask=attend)
     got, want = np.asarray(got), np.asarray(want)
-    np.testing.assert_allclose(got[query_keep], want[query_keep], atol=1e-5,
-                               rtol=0)
+    np.testing.assert_allclose(
+        got[query_keep], want[query_keep], atol=1e-5, rtol=0
+    )
     # Keras took its fused path: the padded queries are not the bias there.
     bias = theirs._output_dense.bias.numpy()
     assert np.abs(want[~query_keep] - bias).max() > 1e-3
-    np.testing.assert_allclose(got[~query_keep],
-                               np.broadcast_to(bias, got[~query_keep].shape),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        got[~query_keep],
+        np.broadcast_to(bias, got[~query_keep].shape),
+        atol=1e-6,
+    )
     # The key masks must matter at the valid positions.
     unmasked = np.asarray(ours(query, value))
     assert np.abs(unmasked[query_keep] - got[query_keep]).max() > 1e-3
@@ -606,8 +732,9 @@ def test_fully_masked_query_keras_default_uniform_tfattn_bias(masks):
     query = rng.normal(size=(B, T, C)).astype("float32")
     value = rng.normal(size=(B, length, C)).astype("float32")
     theirs, ours = _keras_and_ours(query, value, rng)
-    dropped = random_keras_attention(query, value, rng, num_heads=H,
-                                     key_dim=C // H, dropout=0.5)
+    dropped = random_keras_attention(
+        query, value, rng, num_heads=H, key_dim=C // H, dropout=0.5
+    )
     dropped.set_weights(theirs.get_weights())
     query_keep = np.ones((B, T), bool)
     query_keep[1, 2] = False  # query 2 of row 1: padding, or sees no key
@@ -622,26 +749,41 @@ def test_fully_masked_query_keras_default_uniform_tfattn_bias(masks):
 
     bias = theirs._output_dense.bias.numpy()
     default = np.asarray(call(theirs))
-    np.testing.assert_allclose(default[1, 2],
-                               _keras_uniform_output(theirs, value)[1],
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        default[1, 2],
+        _keras_uniform_output(theirs, value)[1],
+        atol=1e-5,
+        rtol=0,
+    )
     assert np.abs(default[1, 2] - bias).max() > 1e-3
     scored, scores = call(theirs, return_attention_scores=True)
     np.testing.assert_allclose(np.asarray(scored)[1, 2], bias, atol=1e-6)
     assert np.all(np.asarray(scores)[1, :, 2] == 0.0)
     np.testing.assert_allclose(
-        np.asarray(call(dropped, training=False))[1, 2], bias, atol=1e-6)
+        np.asarray(call(dropped, training=False))[1, 2], bias, atol=1e-6
+    )
     got, weights = call(ours, return_attention_scores=True)
     got = np.asarray(got)
     np.testing.assert_allclose(got[1, 2], bias, atol=1e-6)
     assert np.all(np.asarray(weights)[1, :, 2] == 0.0)
     np.testing.assert_allclose(got, np.asarray(scored), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(got[query_keep], default[query_keep],
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        got[query_keep], default[query_keep], atol=1e-5, rtol=0
+    )
 
 
-@pytest.mark.parametrize("shape", [(T, T), (1, T, T), (B, T, T), (1, 1, T, T),
-                                   (B, 1, T, T), (1, H, T, T), (B, H, T, T)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (T, T),
+        (1, T, T),
+        (B, T, T),
+        (1, 1, T, T),
+        (B, 1, T, T),
+        (1, H, T, T),
+        (B, H, T, T),
+    ],
+)
 def test_attention_masks_broadcast_as_in_keras(shape):
     """Rank 2, 3 and 4 masks with 1 for the batch or head axis: the output
     equals the one of the mask expanded to [B, H, T_q, T_k] by NumPy, and
@@ -651,8 +793,9 @@ def test_attention_masks_broadcast_as_in_keras(shape):
     mask = rng.random(shape) > 0.4
     mask[..., 0] = True
     ours = _built("paper", x)
-    got, weights = ours(x, memory, attention_mask=mask,
-                        return_attention_scores=True)
+    got, weights = ours(
+        x, memory, attention_mask=mask, return_attention_scores=True
+    )
     full = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     if mask.ndim == 3:
         full = mask[:, None]
@@ -665,8 +808,10 @@ def test_attention_masks_broadcast_as_in_keras(shape):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(B + 1, T, T), (T,), (B, H + 1, T, T),
-                                   (T, T + 1), (1, 1, 1, T, T)])
+@pytest.mark.parametrize(
+    "shape",
+    [(B + 1, T, T), (T,), (B, H + 1, T, T), (T, T + 1), (1, 1, 1, T, T)],
+)
 def test_attention_mask_that_does_not_broadcast_names_both_shapes(shape):
     x = _inputs(0, zero_rows=False)
     layer = _built("paper", x)
@@ -677,13 +822,18 @@ def test_attention_mask_that_does_not_broadcast_names_both_shapes(shape):
     assert f"({B}, {H}, {T}, {T})" in message
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(key_dim=4),
-    dict(key_dim=4, value_dim=2, output_shape=6),
-    dict(key_dim=3, value_dim=5, output_shape=(7,), use_bias=False),
-    dict(key_dim=2, kernel_initializer="he_normal", bias_initializer="ones"),
-    dict(key_dim=2, output_shape=(3, 4)),  # Keras's multi-axis output
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(key_dim=4),
+        dict(key_dim=4, value_dim=2, output_shape=6),
+        dict(key_dim=3, value_dim=5, output_shape=(7,), use_bias=False),
+        dict(
+            key_dim=2, kernel_initializer="he_normal", bias_initializer="ones"
+        ),
+        dict(key_dim=2, output_shape=(3, 4)),  # Keras's multi-axis output
+    ],
+)
 def test_paper_takes_keras_projection_arguments(kwargs):
     """key_dim / value_dim / output_shape / use_bias with Keras's meaning:
     Keras's layer with the same weights gives the same outputs and scores,
@@ -699,8 +849,9 @@ def test_paper_takes_keras_projection_arguments(kwargs):
     ours(query, value)
     assert len(ours.weights) == len(theirs.weights)
     _load_keras_weights(ours, theirs)
-    got, _ = assert_same_attention(theirs, ours, query, value,
-                                   attention_mask=mask)
+    got, _ = assert_same_attention(
+        theirs, ours, query, value, attention_mask=mask
+    )
     assert ours.compute_output_shape(query.shape, value.shape) == got.shape
     config = ours.get_config()
     for name in ("key_dim", "value_dim", "use_bias"):
@@ -709,26 +860,42 @@ def test_paper_takes_keras_projection_arguments(kwargs):
     clone = tfattn.MultiHeadAttention.from_config(config)
     clone(query, value)
     clone.set_weights(ours.get_weights())
-    np.testing.assert_allclose(clone(query, value, attention_mask=mask), got,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        clone(query, value, attention_mask=mask), got, atol=1e-6
+    )
 
 
 def test_initializers_regularizers_and_constraints_reach_every_projection():
     x = _inputs(0, zero_rows=False)
     layer = tfattn.MultiHeadAttention(
-        num_heads=H, kernel_initializer="ones", bias_initializer="ones",
-        kernel_regularizer=keras.regularizers.L2(0.5), bias_regularizer="l1",
+        num_heads=H,
+        kernel_initializer="ones",
+        bias_initializer="ones",
+        kernel_regularizer=keras.regularizers.L2(0.5),
+        bias_regularizer="l1",
         kernel_constraint=keras.constraints.MaxNorm(0.5),
-        bias_constraint="non_neg", activity_regularizer="l2")
+        bias_constraint="non_neg",
+        activity_regularizer="l2",
+    )
     layer(x)
-    dense = [layer.query_dense, layer.key_dense, layer.value_dense,
-             layer.output_dense]
+    dense = [
+        layer.query_dense,
+        layer.key_dense,
+        layer.value_dense,
+        layer.output_dense,
+    ]
     for d in dense:
         assert np.all(d.kernel.numpy() == 1) and np.all(d.bias.numpy() == 1)
         assert isinstance(d.kernel_constraint, keras.constraints.MaxNorm)
     weight_losses = [float(loss) for d in dense for loss in d.losses]
-    want = [v for d in dense for v in (
-        0.5 * np.sum(d.kernel.numpy() ** 2), 0.01 * np.sum(np.abs(d.bias.numpy())))]
+    want = [
+        v
+        for d in dense
+        for v in (
+            0.5 * np.sum(d.kernel.numpy() ** 2),
+            0.01 * np.sum(np.abs(d.bias.numpy())),
+        )
+    ]
     np.testing.assert_allclose(sorted(weight_losses), sorted(want), rtol=1e-6)
     # The layer's own activity regulariser adds one more.
     assert len(layer.losses) == len(want) + 1
@@ -737,25 +904,38 @@ def test_initializers_regularizers_and_constraints_reach_every_projection():
     assert isinstance(clone.kernel_constraint, keras.constraints.MaxNorm)
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    (dict(key_dim=0), r"`key_dim`.*positive integer.*key_dim=0"),
-    (dict(key_dim=4, value_dim=-1), r"`value_dim`.*value_dim=-1"),
-    (dict(value_dim=4), r"`value_dim`.*unless `key_dim`.*value_dim=4"),
-    (dict(key_dim=4, num_units=6), r"`num_units`.*num_heads \* key_dim = 8"),
-    (dict(output_shape="wide"), r"`output_shape`.*output_shape='wide'"),
-    (dict(output_shape=(4, 0)), r"`output_shape`.*output_shape=\(4, 0\)"),
-    (dict(output_shape=()), r"`output_shape`.*output_shape=\(\)"),
-    (dict(output_shape=0), r"`output_shape`.*output_shape=0"),
-    (dict(use_bias="yes"), r"`use_bias`.*use_bias='yes'"),
-    (dict(kernel_initializer="nope"), r"`kernel_initializer`.*'nope'"),
-    (dict(bias_regularizer="nope"), r"`bias_regularizer`.*'nope'"),
-    (dict(kernel_constraint=3), r"`kernel_constraint`.*kernel_constraint=3"),
-    (dict(flavor="reference_2019", key_dim=4),
-     r"`key_dim`.*None in flavor 'reference_2019'"),
-    (dict(flavor="reference_2017", use_bias=False),
-     r"`use_bias`.*True in flavor 'reference_2017'"),
-    (dict(flavor="reference_2019", output_shape=8), r"`output_shape`"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(key_dim=0), r"`key_dim`.*positive integer.*key_dim=0"),
+        (dict(key_dim=4, value_dim=-1), r"`value_dim`.*value_dim=-1"),
+        (dict(value_dim=4), r"`value_dim`.*unless `key_dim`.*value_dim=4"),
+        (
+            dict(key_dim=4, num_units=6),
+            r"`num_units`.*num_heads \* key_dim = 8",
+        ),
+        (dict(output_shape="wide"), r"`output_shape`.*output_shape='wide'"),
+        (dict(output_shape=(4, 0)), r"`output_shape`.*output_shape=\(4, 0\)"),
+        (dict(output_shape=()), r"`output_shape`.*output_shape=\(\)"),
+        (dict(output_shape=0), r"`output_shape`.*output_shape=0"),
+        (dict(use_bias="yes"), r"`use_bias`.*use_bias='yes'"),
+        (dict(kernel_initializer="nope"), r"`kernel_initializer`.*'nope'"),
+        (dict(bias_regularizer="nope"), r"`bias_regularizer`.*'nope'"),
+        (
+            dict(kernel_constraint=3),
+            r"`kernel_constraint`.*kernel_constraint=3",
+        ),
+        (
+            dict(flavor="reference_2019", key_dim=4),
+            r"`key_dim`.*None in flavor 'reference_2019'",
+        ),
+        (
+            dict(flavor="reference_2017", use_bias=False),
+            r"`use_bias`.*True in flavor 'reference_2017'",
+        ),
+        (dict(flavor="reference_2019", output_shape=8), r"`output_shape`"),
+    ],
+)
 def test_bad_projection_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.MultiHeadAttention(num_heads=H, **kwargs)
@@ -764,18 +944,23 @@ def test_bad_projection_arguments(kwargs, pattern):
 def test_compute_output_shape_checks_shapes_as_keras():
     layer = tfattn.MultiHeadAttention(num_heads=H, key_dim=3, output_shape=6)
     assert layer.compute_output_shape((B, T, C), (B, 7, 5)) == (B, T, 6)
-    with pytest.raises(ValueError, match="`values` and `keys`, except the "
-                                         "last one, must be equal"):
+    with pytest.raises(
+        ValueError,
+        match="`values` and `keys`, except the last one, must be equal",
+    ):
         layer.compute_output_shape((B, T, C), (B, 7, 5), (B, 6, 5))
     with pytest.raises(ValueError, match="`keys`.*rank-3"):
         layer.compute_output_shape((B, T, C), (5,))
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(key_dim=4),
-    dict(key_dim=3, value_dim=5, output_shape=7, use_bias=False),
-    dict(key_dim=3, output_shape=[2, 3]),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(key_dim=4),
+        dict(key_dim=3, value_dim=5, output_shape=7, use_bias=False),
+        dict(key_dim=3, output_shape=[2, 3]),
+    ],
+)
 def test_from_keras_and_back(kwargs):
     """`interop.from_keras` gives a layer equal to Keras's (outputs and
     scores, a fully masked query included); `to_keras` gives back identical
@@ -793,19 +978,27 @@ def test_from_keras_and_back(kwargs):
     for a, b in zip(back.get_weights(), theirs.get_weights()):
         np.testing.assert_array_equal(a, b)
     mine, yours = back.get_config(), theirs.get_config()
-    for name in ("num_heads", "key_dim", "value_dim", "use_bias",
-                 "output_shape", "kernel_initializer"):
+    for name in (
+        "num_heads",
+        "key_dim",
+        "value_dim",
+        "use_bias",
+        "output_shape",
+        "kernel_initializer",
+    ):
         assert mine[name] == yours[name], name
 
 
 def test_porting_refuses_what_it_cannot_carry():
     x = _inputs(0, zero_rows=False)
-    with pytest.raises(ValueError, match="`layer`.*keras.layers.MultiHead"
-                                         "Attention.*Dense"):
+    with pytest.raises(
+        ValueError, match="`layer`.*keras.layers.MultiHeadAttention.*Dense"
+    ):
         tfattn.interop.from_keras(keras.layers.Dense(3))
     with pytest.raises(ValueError, match="`layer`.*a built layer"):
         tfattn.interop.from_keras(
-            keras.layers.MultiHeadAttention(num_heads=2, key_dim=2))
+            keras.layers.MultiHeadAttention(num_heads=2, key_dim=2)
+        )
     with pytest.raises(ValueError, match="flavor 'paper'.*'reference_2019'"):
         tfattn.interop.to_keras(_built("reference_2019", x))
     with pytest.raises(ValueError, match="a built layer"):
@@ -814,17 +1007,26 @@ def test_porting_refuses_what_it_cannot_carry():
         tfattn.interop.to_keras(keras.layers.MultiHeadAttention(2, 2))
 
 
-@pytest.mark.parametrize("initializer", ["glorot_uniform",
-                                         keras.initializers.HeNormal()])
+@pytest.mark.parametrize(
+    "initializer", ["glorot_uniform", keras.initializers.HeNormal()]
+)
 def test_each_projection_draws_its_own_kernel(initializer):
     """One initializer object shared by the four projections would give them
     one kernel (a Keras initializer with seed=None repeats its draw)."""
     x = _inputs(0, zero_rows=False)
-    layer = tfattn.MultiHeadAttention(num_heads=H,
-                                      kernel_initializer=initializer)
+    layer = tfattn.MultiHeadAttention(
+        num_heads=H, kernel_initializer=initializer
+    )
     layer(x)
-    kernels = [d.kernel.numpy() for d in (layer.query_dense, layer.key_dense,
-                                          layer.value_dense, layer.output_dense)]
+    kernels = [
+        d.kernel.numpy()
+        for d in (
+            layer.query_dense,
+            layer.key_dense,
+            layer.value_dense,
+            layer.output_dense,
+        )
+    ]
     for i in range(4):
         for j in range(i):
             assert np.abs(kernels[i] - kernels[j]).max() > 1e-3, (i, j)
@@ -841,8 +1043,12 @@ def test_keras_quantize_and_lora_come_through_the_dense_sublayers():
     inputs = keras.Input((T, C))
     model = keras.Model(inputs, layer(inputs))
     model.quantize("int8")
-    for d in (layer.query_dense, layer.key_dense, layer.value_dense,
-              layer.output_dense):
+    for d in (
+        layer.query_dense,
+        layer.key_dense,
+        layer.value_dense,
+        layer.output_dense,
+    ):
         assert d.quantization_mode == "int8"
     after = np.asarray(model(x))
     assert np.abs(after - before).max() < 0.05 * np.abs(before).max()
@@ -852,7 +1058,9 @@ def test_keras_quantize_and_lora_come_through_the_dense_sublayers():
     plain = np.asarray(lora(x))
     lora.query_dense.enable_lora(2)
     np.testing.assert_allclose(lora(x), plain, atol=1e-6)  # B starts at 0
-    trainable = {v.path.split("/")[-1] for v in lora.query_dense.trainable_weights}
+    trainable = {
+        v.path.split("/")[-1] for v in lora.query_dense.trainable_weights
+    }
     assert trainable == {"lora_kernel_a", "lora_kernel_b", "bias"}
 
 
@@ -864,17 +1072,20 @@ def test_sliding_window_as_keras(window, causal):
     cached one-step path gives the full pass's outputs (the band follows
     `cache_index`)."""
     x = _inputs(0, zero_rows=False)
-    ours = tfattn.MultiHeadAttention(num_heads=H, sliding_window=window,
-                                     causality=causal)
+    ours = tfattn.MultiHeadAttention(
+        num_heads=H, sliding_window=window, causality=causal
+    )
     ours(x, x)
     _randomize(ours)
-    theirs = keras.layers.MultiHeadAttention(num_heads=H, key_dim=C // H,
-                                             sliding_window=window)
+    theirs = keras.layers.MultiHeadAttention(
+        num_heads=H, key_dim=C // H, sliding_window=window
+    )
     theirs(x, x)
     copy_to_keras_attention(theirs, ours)
     got, weights = ours(x, x, return_attention_scores=True)
-    want, want_weights = theirs(x, x, use_causal_mask=causal,
-                                return_attention_scores=True)
+    want, want_weights = theirs(
+        x, x, use_causal_mask=causal, return_attention_scores=True
+    )
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(weights, want_weights, atol=1e-6)
     i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
@@ -884,21 +1095,30 @@ def test_sliding_window_as_keras(window, causal):
         cache = ours.init_cache(B, T)
         steps = []
         for t in range(T):
-            out, cache = ours(x[:, t:t + 1], cache=cache,
-                              cache_index=tf.constant(t))
+            out, cache = ours(
+                x[:, t : t + 1], cache=cache, cache_index=tf.constant(t)
+            )
             steps.append(np.asarray(out))
-        np.testing.assert_allclose(np.concatenate(steps, axis=1), got,
-                                   atol=1e-5)
-    assert tfattn.MultiHeadAttention.from_config(
-        ours.get_config()).sliding_window == window
+        np.testing.assert_allclose(
+            np.concatenate(steps, axis=1), got, atol=1e-5
+        )
+    assert (
+        tfattn.MultiHeadAttention.from_config(ours.get_config()).sliding_window
+        == window
+    )
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    (dict(sliding_window=0), r"`sliding_window`.*sliding_window=0"),
-    (dict(sliding_window=2.0), r"`sliding_window`.*sliding_window=2.0"),
-    (dict(sliding_window=3, flavor="reference_2017"),
-     r"`sliding_window`.*None in flavor 'reference_2017'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(sliding_window=0), r"`sliding_window`.*sliding_window=0"),
+        (dict(sliding_window=2.0), r"`sliding_window`.*sliding_window=2.0"),
+        (
+            dict(sliding_window=3, flavor="reference_2017"),
+            r"`sliding_window`.*None in flavor 'reference_2017'",
+        ),
+    ],
+)
 def test_bad_sliding_window(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         tfattn.MultiHeadAttention(num_heads=H, **kwargs)

@@ -1,4 +1,4 @@
-"""Tests of PositionalEncoding (REFERENCE_SPEC §1.3, §1.7, §2.3, §5).
+"""Tests of PositionalEncoding (docs/reference.md §1.3, §1.7, §2.3, §5).
 
 Tables are compared against tests/reference_numpy.py and the spec's golden
 numbers, never against the layer's own table functions.
@@ -72,10 +72,14 @@ def test_keras_file_round_trip():
             assert_keras_file_round_trip(
                 PositionalEncoding,
                 dict(kind=kind, max_length=L, padding_mode=padding_mode),
-                _inputs())
+                _inputs(),
+            )
         assert_keras_file_round_trip(
-            PositionalEncoding, dict(kind=kind, max_length=L), _inputs(),
-            call_kwargs=dict(start_index=L - T))
+            PositionalEncoding,
+            dict(kind=kind, max_length=L),
+            _inputs(),
+            call_kwargs=dict(start_index=L - T),
+        )
 
 
 @pytest.mark.parametrize("kind", ["sinusoid", "sinusoid_2017"])
@@ -112,8 +116,11 @@ def test_sinusoid_2017_matches_reference_and_golden_row():
 @pytest.mark.parametrize("kind", ["sinusoid", "sinusoid_2017"])
 def test_adds_the_table_to_the_inputs(kind):
     x = _inputs()
-    want_table = (ref.sinusoid_2019(L, C) if kind == "sinusoid"
-                  else ref.sinusoid_2017(L, C))
+    want_table = (
+        ref.sinusoid_2019(L, C)
+        if kind == "sinusoid"
+        else ref.sinusoid_2017(L, C)
+    )
     out = PositionalEncoding(kind=kind, max_length=L)(x)
     np.testing.assert_allclose(out, x + want_table[:T], rtol=0, atol=1e-6)
 
@@ -136,9 +143,13 @@ def test_learned_table_gets_gradient_only_at_used_positions():
     x = _inputs()
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(layer(x, start_index=2))
-    grad = np.asarray(tf.convert_to_tensor(tape.gradient(loss, layer.embeddings.value)))
-    np.testing.assert_array_equal(grad[2:2 + T], np.full((T, C), B, "float32"))
-    assert np.all(grad[:2] == 0) and np.all(grad[2 + T:] == 0)
+    grad = np.asarray(
+        tf.convert_to_tensor(tape.gradient(loss, layer.embeddings.value))
+    )
+    np.testing.assert_array_equal(
+        grad[2 : 2 + T], np.full((T, C), B, "float32")
+    )
+    assert np.all(grad[:2] == 0) and np.all(grad[2 + T :] == 0)
 
 
 # --------------------------------------------------------------------------
@@ -149,10 +160,14 @@ def test_learned_table_gets_gradient_only_at_used_positions():
 def test_padding_mode_reference_2019_zeroes_pe_where_input_is_zero(kind):
     x = _inputs()
     x[1, 1, 3] = 0.0  # one real token with a single exact 0.0 element
-    layer = PositionalEncoding(kind=kind, max_length=L, padding_mode="reference_2019")
+    layer = PositionalEncoding(
+        kind=kind, max_length=L, padding_mode="reference_2019"
+    )
     out = np.asarray(layer(x))
     table = _table(layer)
-    np.testing.assert_allclose(out, x + np.where(x == 0, 0, table[:T]), atol=1e-6)
+    np.testing.assert_allclose(
+        out, x + np.where(x == 0, 0, table[:T]), atol=1e-6
+    )
     assert np.all(out[0, -2:] == 0)  # pad rows stay zero
     assert out[1, 1, 3] == 0  # the reference's element-wise quirk
 
@@ -161,7 +176,9 @@ def test_padding_mode_reference_2019_zeroes_pe_where_input_is_zero(kind):
 def test_padding_mode_reference_2017_multiplies_by_row_sign(kind):
     x = _inputs()
     x[1, 2] = np.array([1, -1] * (C // 2), "float32")  # sums to 0, not padding
-    layer = PositionalEncoding(kind=kind, max_length=L, padding_mode="reference_2017")
+    layer = PositionalEncoding(
+        kind=kind, max_length=L, padding_mode="reference_2017"
+    )
     out = np.asarray(layer(x))
     table = _table(layer)
     m = np.sign(np.sum(np.abs(x), axis=-1, keepdims=True))  # G1b: abs first
@@ -172,7 +189,9 @@ def test_padding_mode_reference_2017_multiplies_by_row_sign(kind):
 
 def test_no_padding_mode_encodes_pad_rows_too():
     out = np.asarray(PositionalEncoding(max_length=L)(_inputs()))
-    np.testing.assert_allclose(out[0, -2:], ref.sinusoid_2019(L, C)[T - 2:T], atol=1e-7)
+    np.testing.assert_allclose(
+        out[0, -2:], ref.sinusoid_2019(L, C)[T - 2 : T], atol=1e-7
+    )
 
 
 # --------------------------------------------------------------------------
@@ -182,20 +201,28 @@ def test_no_padding_mode_encodes_pad_rows_too():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("padding_mode", MODES)
 def test_start_index_equals_slicing_the_full_result(kind, padding_mode):
-    layer = PositionalEncoding(kind=kind, max_length=L, padding_mode=padding_mode)
+    layer = PositionalEncoding(
+        kind=kind, max_length=L, padding_mode=padding_mode
+    )
     x = _inputs(length=L)
     full = np.asarray(layer(x))
     step = tf.function(lambda a, s: layer(a, start_index=s), jit_compile=True)
     for t in range(L):
-        piece = x[:, t:t + 1]
-        np.testing.assert_allclose(layer(piece, start_index=t), full[:, t:t + 1], atol=1e-6)
+        piece = x[:, t : t + 1]
         np.testing.assert_allclose(
-            layer(piece, start_index=tf.constant(t)), full[:, t:t + 1], atol=1e-6
+            layer(piece, start_index=t), full[:, t : t + 1], atol=1e-6
         )
         np.testing.assert_allclose(
-            step(piece, tf.constant(t, tf.int64)), full[:, t:t + 1], atol=1e-6
+            layer(piece, start_index=tf.constant(t)),
+            full[:, t : t + 1],
+            atol=1e-6,
         )
-    np.testing.assert_allclose(layer(x[:, 3:7], start_index=3), full[:, 3:7], atol=1e-6)
+        np.testing.assert_allclose(
+            step(piece, tf.constant(t, tf.int64)), full[:, t : t + 1], atol=1e-6
+        )
+    np.testing.assert_allclose(
+        layer(x[:, 3:7], start_index=3), full[:, 3:7], atol=1e-6
+    )
 
 
 def test_tensor_start_index_keeps_static_shapes():
@@ -216,13 +243,17 @@ def test_dynamic_length_in_graph_mode():
         lambda x: layer(x), input_signature=[tf.TensorSpec((None, None, C))]
     )
     x = _inputs(length=7)
-    np.testing.assert_allclose(fn(x), x + ref.sinusoid_2019(L, C)[:7], atol=1e-6)
+    np.testing.assert_allclose(
+        fn(x), x + ref.sinusoid_2019(L, C)[:7], atol=1e-6
+    )
 
 
 def test_keras_mask_passes_through():
     ids = np.array([[3, 4, 0], [5, 0, 0]])
     embed = TokenEmbedding(7, C, mask_zero=True)
-    out = PositionalEncoding(max_length=L, padding_mode="reference_2019")(embed(ids))
+    out = PositionalEncoding(max_length=L, padding_mode="reference_2019")(
+        embed(ids)
+    )
     np.testing.assert_array_equal(out._keras_mask, ids != 0)
     np.testing.assert_array_equal(np.asarray(out)[ids == 0], 0.0)
 
@@ -245,10 +276,20 @@ def test_mixed_precision(policy):
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(kind="sinusoidal"), r"PositionalEncoding.*argument `kind`.*'learned'.*kind='sinusoidal'"),
-        (dict(max_length=0), r"argument `max_length`.*positive integer.*max_length=0"),
+        (
+            dict(kind="sinusoidal"),
+            r"PositionalEncoding.*argument "
+            r"`kind`.*'learned'.*kind='sinusoidal'",
+        ),
+        (
+            dict(max_length=0),
+            r"argument `max_length`.*positive integer.*max_length=0",
+        ),
         (dict(max_length=10.0), r"argument `max_length`.*max_length=10.0"),
-        (dict(padding_mode="zeros"), r"argument `padding_mode`.*'reference_2019'.*padding_mode='zeros'"),
+        (
+            dict(padding_mode="zeros"),
+            r"argument `padding_mode`.*'reference_2019'.*padding_mode='zeros'",
+        ),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, pattern):
@@ -260,7 +301,8 @@ def test_too_long_static_sequence():
     layer = PositionalEncoding(max_length=L)
     with pytest.raises(
         ValueError,
-        match=r"argument `x`.*the positional table holds max_length=10 positions; "
+        match=r"argument `x`.*the positional table holds max_length=10 "
+        r"positions; "
         r"received a sequence of length 12\..*larger `max_length`.*"
         r"PositionalEncoding\(max_length=>=12\).*shape \(2, 12, 8\)",
     ):
@@ -280,7 +322,11 @@ def test_too_long_with_static_start_index():
 
 def test_too_long_static_length_with_tensor_start_index():
     layer = PositionalEncoding(max_length=L)
-    with pytest.raises(ValueError, match=r"max_length=10 positions; received a sequence of length 12 starting at start_index"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_length=10 positions; received a sequence of length 12 "
+        r"starting at start_index",
+    ):
         layer(_inputs(length=12), start_index=tf.constant(0))
 
 
@@ -313,11 +359,20 @@ def test_too_long_dynamic_length_fails_the_assertion():
     "start_index, pattern",
     [
         (-1, r"argument `start_index`.*integer >= 0.*start_index=-1"),
-        (1.0, r"argument `start_index`.*scalar integer tensor.*start_index=1.0"),
+        (
+            1.0,
+            r"argument `start_index`.*scalar integer tensor.*start_index=1.0",
+        ),
         (True, r"argument `start_index`.*start_index=True"),
         (None, r"argument `start_index`.*start_index=None"),
-        (tf.constant([1, 2]), r"argument `start_index`.*dtype int32 and shape \(2,\)"),
-        (tf.constant(1.0), r"argument `start_index`.*dtype float32 and shape \(\)"),
+        (
+            tf.constant([1, 2]),
+            r"argument `start_index`.*dtype int32 and shape \(2,\)",
+        ),
+        (
+            tf.constant(1.0),
+            r"argument `start_index`.*dtype float32 and shape \(\)",
+        ),
     ],
 )
 def test_rejects_bad_start_index(start_index, pattern):
@@ -326,24 +381,35 @@ def test_rejects_bad_start_index(start_index, pattern):
 
 
 def test_negative_tensor_start_index_fails_the_assertion():
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`start_index`.*>= 0"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"`start_index`.*>= 0"
+    ):
         PositionalEncoding(max_length=L)(_inputs(), start_index=tf.constant(-1))
 
 
 def test_rejects_bad_inputs():
     layer = PositionalEncoding(max_length=L)
-    with pytest.raises(ValueError, match=r"argument `x`.*rank-3.*\[B, T, C\].*shape \(2, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"argument `x`.*rank-3.*\[B, T, C\].*shape \(2, 5\)"
+    ):
         layer(np.zeros((B, T), "float32"))
-    with pytest.raises(ValueError, match=r"argument `x`.*known width C.*\(None, None, None\)"):
+    with pytest.raises(
+        ValueError, match=r"argument `x`.*known width C.*\(None, None, None\)"
+    ):
         PositionalEncoding().build((None, None, None))
     layer(_inputs())
-    with pytest.raises(ValueError, match=r"argument `x`.*width C=8.*shape \(2, 5, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"argument `x`.*width C=8.*shape \(2, 5, 4\)"
+    ):
         layer(np.zeros((B, T, 4), "float32"))
 
 
 def test_save_load_sinusoid_in_a_model_with_symbolic_length(tmp_path):
     inp = keras.Input((None, C))
-    model = keras.Model(inp, PositionalEncoding(max_length=L, padding_mode="reference_2019")(inp))
+    model = keras.Model(
+        inp,
+        PositionalEncoding(max_length=L, padding_mode="reference_2019")(inp),
+    )
     x = _inputs(length=7)
     path = str(tmp_path / "pe.keras")
     model.save(path)

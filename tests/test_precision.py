@@ -21,16 +21,18 @@ FLAGS = flags.FLAGS
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n")
-    assert precision.cpu_flags(str(cpuinfo)) == {"fpu", "avx2",
-                                                  "avx512_bf16"}
+    assert precision.cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "avx512_bf16"}
     assert precision.cpu_flags(str(tmp_path / "missing")) == set()
 
 
 def _hp(**overrides):
     import hparams
     from tfattn import config
-    return config.parse_overrides(hparams.get("multi30k"), ",".join(
-        f"{k}={v}" for k, v in overrides.items()))
+
+    return config.parse_overrides(
+        hparams.get("multi30k"),
+        ",".join(f"{k}={v}" for k, v in overrides.items()),
+    )
 
 
 def test_a_cpu_without_bfloat16_dot_products_keeps_float32(monkeypatch):
@@ -38,16 +40,17 @@ def test_a_cpu_without_bfloat16_dot_products_keeps_float32(monkeypatch):
         raise AssertionError("no measurement without the CPU flag")
 
     monkeypatch.setattr(precision, "step_speedup", never)
-    policy, why, *_ = precision.choose(_hp(), 8000, 16,
-                                       flags={"avx2", "fma"})
+    policy, why, *_ = precision.choose(_hp(), 8000, 16, flags={"avx2", "fma"})
     assert policy is None and "no bfloat16 dot product" in why
-    policy, why, *_ = precision.choose(_hp(num_units=64, num_heads=4), 8000,
-                                       16, flags={"avx512_bf16"})
+    policy, why, *_ = precision.choose(
+        _hp(num_units=64, num_heads=4), 8000, 16, flags={"avx512_bf16"}
+    )
     assert policy is None and "width of 64" in why
 
 
-@pytest.mark.parametrize("speedup, policy", [(1.9, "mixed_bfloat16"),
-                                             (1.05, None)])
+@pytest.mark.parametrize(
+    "speedup, policy", [(1.9, "mixed_bfloat16"), (1.05, None)]
+)
 def test_a_bfloat16_cpu_is_measured(monkeypatch, speedup, policy):
     seen = {}
 
@@ -62,8 +65,9 @@ def test_a_bfloat16_cpu_is_measured(monkeypatch, speedup, policy):
     assert f"{speedup:.2f}x float32" in choice.reason
     # The run's vocabulary, rows of its mean length rounded up to 8, at
     # most PROBE_TOKENS tokens.
-    assert seen == dict(vocab_size=5000, length=16,
-                        rows=precision.PROBE_TOKENS // 16)
+    assert seen == dict(
+        vocab_size=5000, length=16, rows=precision.PROBE_TOKENS // 16
+    )
 
 
 @pytest.mark.slow
@@ -77,8 +81,9 @@ def test_the_measurement_times_the_real_step():
     assert np.random.get_state()[1].tolist() == numpy_draw[1].tolist()
 
 
-def test_train_py_auto_passes_the_choice_to_training(tmp_path, monkeypatch,
-                                                     capsys):
+def test_train_py_auto_passes_the_choice_to_training(
+    tmp_path, monkeypatch, capsys
+):
     seen = {}
 
     def fake_train(prepared, **kwargs):
@@ -86,16 +91,30 @@ def test_train_py_auto_passes_the_choice_to_training(tmp_path, monkeypatch,
         raise training.NonFiniteLossError(1, "loss", None)
 
     monkeypatch.setattr(training, "train_prepared", fake_train)
-    monkeypatch.setattr(precision, "choose", lambda *args: (
-        precision.PrecisionChoice("mixed_bfloat16", "a test said so")))
+    monkeypatch.setattr(
+        precision,
+        "choose",
+        lambda *args: precision.PrecisionChoice(
+            "mixed_bfloat16", "a test said so"
+        ),
+    )
     FLAGS.unparse_flags()
-    FLAGS(["train.py", "--hparams=tiny", f"--model_dir={tmp_path}",
-           "--mixed_precision=auto", "--samples=0"])
+    FLAGS(
+        [
+            "train.py",
+            "--hparams=tiny",
+            f"--model_dir={tmp_path}",
+            "--mixed_precision=auto",
+            "--samples=0",
+        ]
+    )
     with pytest.raises(SystemExit):
         train.main(["train.py"])
     assert seen["mixed_precision"] == "mixed_bfloat16"
-    assert ("Precision: mixed_bfloat16, because a test said so"
-            in capsys.readouterr().out)
+    assert (
+        "Precision: mixed_bfloat16, because a test said so"
+        in capsys.readouterr().out
+    )
 
 
 def test_the_probe_batch_stays_within_its_share_of_memory():
@@ -104,8 +123,9 @@ def test_the_probe_batch_stays_within_its_share_of_memory():
     assert (rows, length) == (precision.PROBE_TOKENS // 16, 16)
     # Less memory: fewer rows, each probe step within the share.
     budget = 1.1 * 2**30
-    rows, length = precision.probe_batch(hp, 8000, 13.2,
-                                         available=budget / 0.25)
+    rows, length = precision.probe_batch(
+        hp, 8000, 13.2, available=budget / 0.25
+    )
     assert 1 <= rows < precision.PROBE_TOKENS // 16
     assert memory.training_memory(hp, 8000, rows, length).total <= budget
     assert precision.probe_batch(hp, 8000, 13.2, available=2**20) is None
@@ -121,7 +141,8 @@ def test_a_probe_that_cannot_fit_keeps_float32(monkeypatch):
 def test_a_probe_out_of_memory_keeps_float32(monkeypatch):
     def out_of_memory(*args):
         raise tf.errors.ResourceExhaustedError(
-            None, None, "OOM when allocating tensor with shape[64,16,8000]")
+            None, None, "OOM when allocating tensor with shape[64,16,8000]"
+        )
 
     monkeypatch.setattr(precision, "step_speedup", out_of_memory)
     choice = precision.choose(_hp(), 8000, 13.2, flags={"amx_bf16"})
@@ -134,40 +155,54 @@ def _never_measured(*args, **kwargs):
 
 def _train_py(model_dir, *args):
     FLAGS.unparse_flags()
-    FLAGS(["train.py", "--hparams=tiny", f"--model_dir={model_dir}",
-           "--samples=0", "--progress_bar=false",
-           "--hparams_overrides=num_layers=1", *args])
+    FLAGS(
+        [
+            "train.py",
+            "--hparams=tiny",
+            f"--model_dir={model_dir}",
+            "--samples=0",
+            "--progress_bar=false",
+            "--hparams_overrides=num_layers=1",
+            *args,
+        ]
+    )
     train.main(["train.py"])
 
 
 @pytest.mark.slow
-def test_the_choice_is_recorded_once_and_reused(tmp_path, monkeypatch,
-                                                capsys):
+def test_the_choice_is_recorded_once_and_reused(tmp_path, monkeypatch, capsys):
     """The first start measures and records; a resume reads the record
     (measuring again would fail); an explicit policy overrides it."""
     calls = []
     monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_bf16"})
     monkeypatch.setattr(precision, "MIN_WIDTH", 1)
-    monkeypatch.setattr(precision, "step_speedup",
-                        lambda *args: calls.append(args) or 1.5)
+    monkeypatch.setattr(
+        precision, "step_speedup", lambda *args: calls.append(args) or 1.5
+    )
     _train_py(tmp_path, "--train_steps=2")
     assert len(calls) == 1
-    assert "Precision: mixed_bfloat16, because this set's training step " \
+    assert (
+        "Precision: mixed_bfloat16, because this set's training step "
         "runs 1.50x" in capsys.readouterr().out
+    )
     record = json.loads((tmp_path / "precision.json").read_text())
     assert (record["policy"], record["speedup"]) == ("mixed_bfloat16", 1.5)
 
     monkeypatch.setattr(precision, "step_speedup", _never_measured)
     _train_py(tmp_path, "--train_steps=3")
     out = capsys.readouterr().out
-    assert "Precision: mixed_bfloat16, recorded at the first start " \
+    assert (
+        "Precision: mixed_bfloat16, recorded at the first start "
         "(this set's training step runs 1.50x" in out
+    )
     assert json.loads((tmp_path / "precision.json").read_text()) == record
 
     _train_py(tmp_path, "--train_steps=4", "--mixed_precision=off")
-    assert "Precision: float32, because --mixed_precision asks for it, " \
-        "overriding the mixed_bfloat16 recorded at the first start." \
+    assert (
+        "Precision: float32, because --mixed_precision asks for it, "
+        "overriding the mixed_bfloat16 recorded at the first start."
         in capsys.readouterr().out
+    )
     assert json.loads((tmp_path / "precision.json").read_text()) == record
 
 
@@ -175,13 +210,24 @@ def test_the_choice_is_recorded_once_and_reused(tmp_path, monkeypatch,
 def test_an_unreadable_or_foreign_record_is_measured_again(tmp_path, text):
     (tmp_path / "precision.json").write_text(text)
     assert precision.read_record(tmp_path, _hp(), 8000) is None
-    precision.write_record(tmp_path, precision.PrecisionChoice(
-        "mixed_bfloat16", "measured", 1.3, "measured"), _hp(), 8000)
-    assert precision.read_record(tmp_path, _hp(), 8000).policy == \
-        "mixed_bfloat16"
+    precision.write_record(
+        tmp_path,
+        precision.PrecisionChoice(
+            "mixed_bfloat16", "measured", 1.3, "measured"
+        ),
+        _hp(),
+        8000,
+    )
+    assert (
+        precision.read_record(tmp_path, _hp(), 8000).policy == "mixed_bfloat16"
+    )
     # Another model or vocabulary: not this record's.
     assert precision.read_record(tmp_path, _hp(num_units=256), 8000) is None
     assert precision.read_record(tmp_path, _hp(), 7999) is None
     # Resumable fields (a longer run, a smaller batch) keep it.
-    assert precision.read_record(
-        tmp_path, _hp(train_steps=9999, tokens_per_batch=1024), 8000) is not None
+    assert (
+        precision.read_record(
+            tmp_path, _hp(train_steps=9999, tokens_per_batch=1024), 8000
+        )
+        is not None
+    )

@@ -16,14 +16,16 @@ X = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
 
 def test_a_dtype_policy_map_reaches_each_projection():
     policies = keras.dtype_policies.DTypePolicyMap(
-        default_policy=keras.dtype_policies.DTypePolicy("float32"))
+        default_policy=keras.dtype_policies.DTypePolicy("float32")
+    )
     policies["mixed/query_dense"] = keras.dtype_policies.DTypePolicy("bfloat16")
-    layer = tfattn.MultiHeadAttention(num_heads=2, dtype=policies,
-                                      name="mixed")
+    layer = tfattn.MultiHeadAttention(num_heads=2, dtype=policies, name="mixed")
     got = np.asarray(layer(X))
     assert layer.query_dense.compute_dtype == "bfloat16"
-    assert {d.compute_dtype for d in (layer.key_dense, layer.value_dense,
-                                      layer.output_dense)} == {"float32"}
+    assert {
+        d.compute_dtype
+        for d in (layer.key_dense, layer.value_dense, layer.output_dense)
+    } == {"float32"}
     plain = tfattn.MultiHeadAttention(num_heads=2)
     plain(X)
     plain.set_weights(layer.get_weights())
@@ -44,7 +46,8 @@ def _save_and_reload(model, tmp_path):
 def test_int8_attention_saves_and_reloads(tmp_path):
     inputs = keras.Input((5, 8))
     model = keras.Model(
-        inputs, tfattn.MultiHeadAttention(num_heads=2, name="mha")(inputs))
+        inputs, tfattn.MultiHeadAttention(num_heads=2, name="mha")(inputs)
+    )
     model.quantize("int8")
     before = np.asarray(model(X))
     reloaded = _save_and_reload(model, tmp_path)
@@ -55,9 +58,14 @@ def test_int8_attention_saves_and_reloads(tmp_path):
 
 @pytest.mark.slow
 def test_int8_transformer_saves_and_reloads(tmp_path):
-    model = tfattn.Transformer(source_vocab_size=20, num_layers=1,
-                               num_units=8, num_heads=2, ffn_units=16,
-                               max_length=16)
+    model = tfattn.Transformer(
+        source_vocab_size=20,
+        num_layers=1,
+        num_units=8,
+        num_heads=2,
+        ffn_units=16,
+        max_length=16,
+    )
     source = np.array([[5, 6, 7, 0], [4, 9, 3, 0]])
     target = np.array([[2, 5, 6], [2, 7, 0]])
     model((source, target))
@@ -67,5 +75,6 @@ def test_int8_transformer_saves_and_reloads(tmp_path):
     block = reloaded.decoder.blocks[0]
     assert block.cross_attention.value_dense.quantization_mode == "int8"
     assert block.feed_forward.inner_dense.quantization_mode == "int8"
-    np.testing.assert_array_equal(np.asarray(reloaded((source, target))),
-                                  before)
+    np.testing.assert_array_equal(
+        np.asarray(reloaded((source, target))), before
+    )

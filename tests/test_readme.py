@@ -38,41 +38,60 @@ def export_of_the_run_command(tmp_path, monkeypatch):
     from tfattn.data import numbers_splits
     from tfattn.data import train_tokenizer
 
-    pairs = numbers_splits(max_value=300, num_validation=5,
-                           num_test=5)["train"]
-    tokenizer = train_tokenizer([s for pair in pairs for s in pair],
-                                tmp_path / "spm", vocab_size=40,
-                                split_digits=True)
-    model = tfattn.Transformer(tokenizer.vocab_size, num_layers=1,
-                               num_units=16, num_heads=2, ffn_units=32,
-                               max_length=32, seed=0)
+    pairs = numbers_splits(max_value=300, num_validation=5, num_test=5)["train"]
+    tokenizer = train_tokenizer(
+        [s for pair in pairs for s in pair],
+        tmp_path / "spm",
+        vocab_size=40,
+        split_digits=True,
+    )
+    model = tfattn.Transformer(
+        tokenizer.vocab_size,
+        num_layers=1,
+        num_units=16,
+        num_heads=2,
+        ffn_units=32,
+        max_length=32,
+        seed=0,
+    )
     model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
     monkeypatch.chdir(tmp_path)
-    export.export_translator(model, tokenizer, EXPORT, beam_size=1,
-                             extra_length=5)
+    export.export_translator(
+        model, tokenizer, EXPORT, beam_size=1, extra_length=5
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
-def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch,
-                                       request):
+def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
     snippet = SNIPPETS[index]
     if EXPORT in snippet:
         request.getfixturevalue("export_of_the_run_command")
     else:
         monkeypatch.chdir(tmp_path)
     # A fresh namespace each: no snippet may lean on another's names.
-    exec(compile(snippet, f"README.md python snippet {index}", "exec"),
-         {"__name__": "__readme__"})
+    exec(
+        compile(snippet, f"README.md python snippet {index}", "exec"),
+        {"__name__": "__readme__"},
+    )
 
 
 @pytest.mark.slow
 def test_help_exits_zero_without_the_tensorflow_banner():
-    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=REPO))
+    out = subprocess.run(
+        [sys.executable, "train.py", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "--hparams" in out.stdout and "--model_dir" in out.stdout
-    for banner in ("oneDNN custom operations", "cuInit", "cuda drivers",
-                   "absl::InitializeLog"):
+    for banner in (
+        "oneDNN custom operations",
+        "cuInit",
+        "cuda drivers",
+        "absl::InitializeLog",
+    ):
         assert banner not in out.stderr + out.stdout

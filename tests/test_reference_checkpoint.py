@@ -9,7 +9,7 @@ by the name scope, which TF1 uniquifies to `multihead_attention_1` when the
 feed-forward re-enters the attention's scope), plus Adam slots and a global
 step. The loaded model's logits are compared with the NumPy compositions of
 tests/reference_numpy.py fed straight from the checkpoint's arrays, read
-by the names REFERENCE_SPEC gives (dense = Q, dense_1 = K, dense_2 = V;
+by the names docs/reference.md gives (dense = Q, dense_1 = K, dense_2 = V;
 beta before gamma).
 """
 
@@ -42,7 +42,10 @@ def _write(directory, flavor, num_layers=N, extra=None):
 
     def dense(n_in, n_out, kind="dense"):
         with v1.variable_scope(None, default_name=kind):
-            get("kernel", (1, n_in, n_out) if kind == "conv1d" else (n_in, n_out))
+            get(
+                "kernel",
+                (1, n_in, n_out) if kind == "conv1d" else (n_in, n_out),
+            )
             get("bias", (n_out,))
 
     def norm():
@@ -76,7 +79,10 @@ def _write(directory, flavor, num_layers=N, extra=None):
                 if old:
                     short = stack[:3]
                     with v1.variable_scope(f"{short}_embed"):
-                        get("lookup_table", (V if stack == "encoder" else V_TGT, C))
+                        get(
+                            "lookup_table",
+                            (V if stack == "encoder" else V_TGT, C),
+                        )
                     with v1.variable_scope(f"{short}_pe"):
                         get("lookup_table", (MAXLEN, C))
                 for i in range(num_layers):
@@ -86,8 +92,11 @@ def _write(directory, flavor, num_layers=N, extra=None):
                         else:
                             attention("self_attention")
                             attention("vanilla_attention")
-                        feed_forward("multihead_attention" if old
-                                     else "positionwise_feedforward")
+                        feed_forward(
+                            "multihead_attention"
+                            if old
+                            else "positionwise_feedforward"
+                        )
         if old:
             dense(C, V_TGT)
         for name, shape in (extra or {}).items():
@@ -95,13 +104,16 @@ def _write(directory, flavor, num_layers=N, extra=None):
         model_vars = v1.global_variables()
         loss = tf.add_n([tf.reduce_sum(tf.square(v)) for v in model_vars])
         v1.train.AdamOptimizer().minimize(
-            loss, global_step=v1.train.get_or_create_global_step())
+            loss, global_step=v1.train.get_or_create_global_step()
+        )
         with v1.Session(graph=graph) as session:
             session.run(v1.global_variables_initializer())
-            values = dict(zip([v.op.name for v in model_vars],
-                              session.run(model_vars)))
+            values = dict(
+                zip([v.op.name for v in model_vars], session.run(model_vars))
+            )
             prefix = v1.train.Saver().save(
-                session, os.path.join(directory, "model_epoch_1_gs_1"))
+                session, os.path.join(directory, "model_epoch_1_gs_1")
+            )
     return prefix, values
 
 
@@ -113,8 +125,11 @@ def checkpoint(request, tmp_path_factory):
 
 
 def _attention(values, scope):
-    beta, gamma = ("Variable", "Variable_1") if "ln/Variable" in str(
-        list(values)) else ("beta", "gamma")
+    beta, gamma = (
+        ("Variable", "Variable_1")
+        if "ln/Variable" in str(list(values))
+        else ("beta", "gamma")
+    )
     params = {}
     for key, dense in (("q", "dense"), ("k", "dense_1"), ("v", "dense_2")):
         params["w" + key] = values[f"{scope}/{dense}/kernel"]
@@ -136,21 +151,33 @@ def _numpy_logits(flavor, values):
             w2=values[f"{dense_scope}/{kind}_1/kernel"].reshape(F, C),
             b2=values[f"{dense_scope}/{kind}_1/bias"],
             beta=values[f"{ln_scope}/ln/{ln[0]}"],
-            gamma=values[f"{ln_scope}/ln/{ln[1]}"])
+            gamma=values[f"{ln_scope}/ln/{ln[1]}"],
+        )
 
     params = {"encoder": [], "decoder": []}
     for i in range(N):
         scope = f"encoder/num_blocks_{i}"
-        ffn_scope = f"{scope}/{'multihead_attention' if old else 'positionwise_feedforward'}"
-        params["encoder"].append(dict(
-            self=_attention(values, f"{scope}/multihead_attention"),
-            ffn=ffn(ffn_scope, f"{scope}/multihead_attention_1" if old else ffn_scope)))
+        ffn_name = "multihead_attention" if old else "positionwise_feedforward"
+        ffn_scope = f"{scope}/{ffn_name}"
+        params["encoder"].append(
+            dict(
+                self=_attention(values, f"{scope}/multihead_attention"),
+                ffn=ffn(
+                    ffn_scope,
+                    f"{scope}/multihead_attention_1" if old else ffn_scope,
+                ),
+            )
+        )
         scope = f"decoder/num_blocks_{i}"
-        ffn_scope = f"{scope}/{'multihead_attention' if old else 'positionwise_feedforward'}"
-        params["decoder"].append(dict(
-            self=_attention(values, f"{scope}/self_attention"),
-            cross=_attention(values, f"{scope}/vanilla_attention"),
-            ffn=ffn(ffn_scope, ffn_scope)))
+        ffn_name = "multihead_attention" if old else "positionwise_feedforward"
+        ffn_scope = f"{scope}/{ffn_name}"
+        params["decoder"].append(
+            dict(
+                self=_attention(values, f"{scope}/self_attention"),
+                cross=_attention(values, f"{scope}/vanilla_attention"),
+                ffn=ffn(ffn_scope, ffn_scope),
+            )
+        )
     if not old:
         params["embeddings"] = values["shared_weight_matrix/weight_mat"]
         return ref.transformer_reference_2019(params, SOURCE, TARGET_IN, H)
@@ -159,18 +186,22 @@ def _numpy_logits(flavor, values):
         target_embeddings=values["decoder/dec_embed/lookup_table"],
         source_positions=values["encoder/enc_pe/lookup_table"],
         target_positions=values["decoder/dec_pe/lookup_table"],
-        output_kernel=values["dense/kernel"], output_bias=values["dense/bias"])
+        output_kernel=values["dense/kernel"],
+        output_bias=values["dense/bias"],
+    )
     return ref.transformer_reference_2017(params, SOURCE, TARGET_IN, H)
 
 
 def test_the_written_names_are_the_referenced_codes(checkpoint):
-    """TF1's scoping gives the names REFERENCE_SPEC describes."""
+    """TF1's scoping gives the names docs/reference.md describes."""
     flavor, _, _, values = checkpoint
     names = set(values)
     if flavor == "reference_2017":
         assert "encoder/num_blocks_1/multihead_attention/ln/Variable_1" in names
         assert "encoder/num_blocks_1/multihead_attention_1/ln/Variable" in names
-        assert "encoder/num_blocks_0/multihead_attention/conv1d_1/kernel" in names
+        assert (
+            "encoder/num_blocks_0/multihead_attention/conv1d_1/kernel" in names
+        )
         assert "decoder/num_blocks_0/multihead_attention/ln/Variable" in names
         assert "dense/kernel" in names
     else:
@@ -178,7 +209,9 @@ def test_the_written_names_are_the_referenced_codes(checkpoint):
         assert "encoder/num_blocks_0/positionwise_feedforward/ln/gamma" in names
     reader = tf.train.load_checkpoint(checkpoint[2])
     stored = reader.get_variable_to_shape_map()
-    assert "global_step" in stored and any(n.endswith("/Adam_1") for n in stored)
+    assert "global_step" in stored and any(
+        n.endswith("/Adam_1") for n in stored
+    )
 
 
 def test_loaded_model_equals_the_numpy_reference(checkpoint):
@@ -187,53 +220,83 @@ def test_loaded_model_equals_the_numpy_reference(checkpoint):
     assert model.flavor == flavor
     assert (model.num_layers, model.num_units, model.ffn_units) == (N, C, F)
     want = _numpy_logits(flavor, values)
-    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), want, atol=1e-4,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5
+    )
     # A directory reads its latest checkpoint; an explicit flavour agrees.
-    again = tfattn.interop.from_reference_checkpoint(directory, flavor=flavor,
-                                                     num_heads=H)
+    again = tfattn.interop.from_reference_checkpoint(
+        directory, flavor=flavor, num_heads=H
+    )
     for a, b in zip(again.weights, model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_other_flavour_and_size_are_refused_by_name(checkpoint):
     flavor, _, prefix, _ = checkpoint
-    other = ("reference_2019" if flavor == "reference_2017"
-             else "reference_2017")
-    with pytest.raises(ValueError, match=r"`flavor`.*has no .*Received: "
-                                         f"flavor='{other}'"):
+    other = "reference_2019" if flavor == "reference_2017" else "reference_2017"
+    with pytest.raises(
+        ValueError,
+        match=r"`flavor`.*has no .*Received: "
+        f"flavor='{other}'",
+    ):
         tfattn.interop.from_reference_checkpoint(prefix, flavor=other)
-    kwargs = dict(target_vocab_size=V_TGT, max_length=MAXLEN) if (
-        flavor == "reference_2017") else {}
+    kwargs = (
+        dict(target_vocab_size=V_TGT, max_length=MAXLEN)
+        if (flavor == "reference_2017")
+        else {}
+    )
     for size, pattern in (
-            (dict(num_units=2 * C), r"of another shape \d+: decoder/\S+ "
-                                    r"\([^)]*\) \(the model's \([^)]*16"),
-            (dict(num_layers=1), r"not in the model \d+: decoder/num_blocks_1/"),
-            (dict(num_layers=3), r"missing \d+: decoder/num_blocks_2/")):
-        model = tfattn.Transformer(V, **{**dict(num_layers=N, num_units=C),
-                                         **size}, num_heads=H, ffn_units=F,
-                                   flavor=flavor, **kwargs)
+        (
+            dict(num_units=2 * C),
+            r"of another shape \d+: decoder/\S+ "
+            r"\([^)]*\) \(the model's \([^)]*16",
+        ),
+        (dict(num_layers=1), r"not in the model \d+: decoder/num_blocks_1/"),
+        (dict(num_layers=3), r"missing \d+: decoder/num_blocks_2/"),
+    ):
+        model = tfattn.Transformer(
+            V,
+            **{**dict(num_layers=N, num_units=C), **size},
+            num_heads=H,
+            ffn_units=F,
+            flavor=flavor,
+            **kwargs,
+        )
         model((SOURCE, TARGET_IN))
         with pytest.raises(ValueError, match=pattern):
             tfattn.interop.load_reference_checkpoint(model, prefix)
 
 
 def test_left_over_variables_and_bad_paths(tmp_path):
-    prefix, _ = _write(str(tmp_path), "reference_2019", num_layers=1,
-                       extra={"encoder/extra_scale": (C,)})
-    with pytest.raises(ValueError, match=r"not in the model 1: "
-                                         r"encoder/extra_scale"):
+    prefix, _ = _write(
+        str(tmp_path),
+        "reference_2019",
+        num_layers=1,
+        extra={"encoder/extra_scale": (C,)},
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"not in the model 1: "
+        r"encoder/extra_scale",
+    ):
         tfattn.interop.from_reference_checkpoint(prefix, num_heads=H)
-    with pytest.raises(ValueError, match=r"`path`.*directory holding one.*"
-                                         "empty"):
+    with pytest.raises(
+        ValueError,
+        match=r"`path`.*directory holding one.*"
+        "empty",
+    ):
         os.makedirs(tmp_path / "empty")
         tfattn.interop.from_reference_checkpoint(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match=r"`path`.*readable TF1 checkpoint"):
         tfattn.interop.from_reference_checkpoint(str(tmp_path / "nothing"))
-    with pytest.raises(ValueError, match=r"`model`.*'reference_2017' or "
-                                         r"'reference_2019'.*flavor='paper'"):
-        paper = tfattn.Transformer(V, num_layers=1, num_units=C, num_heads=H,
-                                   ffn_units=F)
+    with pytest.raises(
+        ValueError,
+        match=r"`model`.*'reference_2017' or "
+        r"'reference_2019'.*flavor='paper'",
+    ):
+        paper = tfattn.Transformer(
+            V, num_layers=1, num_units=C, num_heads=H, ffn_units=F
+        )
         paper((SOURCE, TARGET_IN))
         tfattn.interop.load_reference_checkpoint(paper, prefix)
 
@@ -245,6 +308,9 @@ def test_a_checkpoint_of_something_else(tmp_path):
         with v1.Session(graph=graph) as session:
             session.run(v1.global_variables_initializer())
             prefix = v1.train.Saver().save(session, str(tmp_path / "ckpt"))
-    with pytest.raises(ValueError, match=r"`path`.*shared_weight_matrix/"
-                                         r"weight_mat \(2019\).*resnet/conv"):
+    with pytest.raises(
+        ValueError,
+        match=r"`path`.*shared_weight_matrix/"
+        r"weight_mat \(2019\).*resnet/conv",
+    ):
         tfattn.interop.from_reference_checkpoint(prefix)

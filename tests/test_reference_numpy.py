@@ -1,5 +1,5 @@
 """Self-tests of the NumPy oracle (tests/reference_numpy.py) against the
-golden facts of REFERENCE_SPEC.md section 5 (and 1.x / 2.x where cited)."""
+golden facts of docs/reference.md section 5 (and 1.x / 2.x where cited)."""
 
 import os
 import sys
@@ -16,17 +16,23 @@ D = C // H
 
 def _params(rng, c_in=C, c=C, paper=False, ln_random=True):
     p = {}
-    for name in ('q', 'k', 'v'):
-        p['w' + name] = rng.standard_normal((c_in, c)).astype(np.float32) * 0.5
-        p['b' + name] = rng.standard_normal((c,)).astype(np.float32) * 0.1
+    for name in ("q", "k", "v"):
+        p["w" + name] = rng.standard_normal((c_in, c)).astype(np.float32) * 0.5
+        p["b" + name] = rng.standard_normal((c,)).astype(np.float32) * 0.1
     if paper:
-        p['wo'] = rng.standard_normal((c, c)).astype(np.float32) * 0.5
-        p['bo'] = rng.standard_normal((c,)).astype(np.float32) * 0.1
+        p["wo"] = rng.standard_normal((c, c)).astype(np.float32) * 0.5
+        p["bo"] = rng.standard_normal((c,)).astype(np.float32) * 0.1
     else:
-        p['gamma'] = (1.0 + 0.1 * rng.standard_normal((c,))).astype(np.float32) if ln_random \
+        p["gamma"] = (
+            (1.0 + 0.1 * rng.standard_normal((c,))).astype(np.float32)
+            if ln_random
             else np.ones((c,), np.float32)
-        p['beta'] = (0.3 * rng.standard_normal((c,))).astype(np.float32) if ln_random \
+        )
+        p["beta"] = (
+            (0.3 * rng.standard_normal((c,))).astype(np.float32)
+            if ln_random
             else np.zeros((c,), np.float32)
+        )
     return p
 
 
@@ -49,7 +55,9 @@ def test_pe_2017_golden():
     gold = [0.841471, 0.995004, 0.01, 1.0, 0.0001, 1.0, 1e-6, 1.0]
     np.testing.assert_allclose(tab[1], gold, atol=1e-6)
     assert np.all(ref.sinusoid_2017(4, 8, zero_pad=True)[0] == 0)
-    np.testing.assert_allclose(ref.sinusoid_2017(4, 8, scale=True), tab * np.sqrt(8), rtol=1e-6)
+    np.testing.assert_allclose(
+        ref.sinusoid_2017(4, 8, scale=True), tab * np.sqrt(8), rtol=1e-6
+    )
 
 
 # ---------------------------------------------------------------- noam (2.8)
@@ -58,7 +66,9 @@ def test_noam_2019_golden():
     assert ref.noam_2019(3e-4, 0, 4000) == pytest.approx(7.5e-8, rel=1e-9)
     assert ref.noam_2019(3e-4, 999, 4000) == pytest.approx(7.5e-5, rel=1e-9)
     assert ref.noam_2019(3e-4, 3999, 4000) == pytest.approx(3e-4, rel=1e-9)
-    assert ref.noam_2019(3e-4, 10000, 4000) == pytest.approx(1.8973e-4, rel=1e-4)
+    assert ref.noam_2019(3e-4, 10000, 4000) == pytest.approx(
+        1.8973e-4, rel=1e-4
+    )
     assert ref.noam_2019(3e-4, 29146, 4000) == pytest.approx(1.111e-4, rel=1e-3)
     # peak is at s == warmup
     lrs = ref.noam_2019(3e-4, np.arange(10000), 4000)
@@ -67,7 +77,9 @@ def test_noam_2019_golden():
 
 def test_noam_paper_and_base_convention():
     # paper: d^-0.5 * min(s^-0.5, s * w^-1.5), s 1-based; peak at s == warmup
-    assert ref.noam_paper(512, 4000, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -0.5, rel=1e-12)
+    assert ref.noam_paper(512, 4000, 4000) == pytest.approx(
+        512**-0.5 * 4000**-0.5, rel=1e-12
+    )
     assert ref.noam_paper(512, 0, 4000) == 0.0
     s = np.arange(1, 20000)
     # noam_2019(step = s - 1) / noam_paper(s) is constant init_lr * sqrt(w * d)
@@ -75,7 +87,7 @@ def test_noam_paper_and_base_convention():
     np.testing.assert_allclose(ratio, 3e-4 * np.sqrt(4000 * 512), rtol=1e-12)
 
 
-# ---------------------------------------------------------------- smoothing (1.6, 2.7)
+# smoothing (1.6, 2.7)
 def test_label_smoothing_golden():
     oh = np.zeros((32000,), np.float32)
     oh[5] = 1.0
@@ -108,17 +120,19 @@ def test_smoothed_cross_entropy_excludes_pads():
     # pad positions' logits do not matter
     logits2 = logits.copy()
     logits2[labels == 0] += 100.0
-    assert ref.smoothed_cross_entropy(logits2, labels) == pytest.approx(got, rel=1e-12)
+    assert ref.smoothed_cross_entropy(logits2, labels) == pytest.approx(
+        got, rel=1e-12
+    )
     # G2 denominator epsilon
     g2 = ref.smoothed_cross_entropy(logits, labels, denom_epsilon=1e-7)
     assert g2 == pytest.approx(tot / (cnt + 1e-7), rel=1e-12)
 
 
-# ---------------------------------------------------------------- constants (1.4, 5)
+# constants (1.4, 5)
 def test_mask_constant():
     assert ref.P.dtype == np.float32
     assert float(ref.P) == -4294967296.0
-    assert np.float32(-2 ** 32 + 1) == np.float32(-4294967296.0)
+    assert np.float32(-(2**32) + 1) == np.float32(-4294967296.0)
     # Spec 5 states float32(P + s) == P for |s| < 256. Exact float32 fact:
     # true for -256 < s <= 128 (spacing is 512 below -2**32, 256 above it);
     # for 128 < s < 256 the sum is P + 256 (still a huge negative).
@@ -132,7 +146,7 @@ def test_mask_constant():
     assert e[0] == 0.0
 
 
-# ---------------------------------------------------------------- layer norm (1.1)
+# layer norm (1.1)
 def test_layer_norm():
     rng = np.random.default_rng(0)
     x = _x(rng)
@@ -142,12 +156,16 @@ def test_layer_norm():
     x64 = x.astype(np.float64)
     mu = x64.mean(-1, keepdims=True)
     var = ((x64 - mu) ** 2).mean(-1, keepdims=True)  # population variance
-    np.testing.assert_allclose(y, g * (x64 - mu) / np.sqrt(var + 1e-8) + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        y, g * (x64 - mu) / np.sqrt(var + 1e-8) + b, rtol=1e-5, atol=1e-5
+    )
     z = np.zeros((3, C), np.float32)
-    np.testing.assert_array_equal(ref.layer_norm(z, g, b), np.broadcast_to(b, (3, C)))
+    np.testing.assert_array_equal(
+        ref.layer_norm(z, g, b), np.broadcast_to(b, (3, C))
+    )
 
 
-# ---------------------------------------------------------------- G1 masking (1.4, 5)
+# G1 masking (1.4, 5)
 def test_2017_zero_key_row_gets_zero_weight():
     rng = np.random.default_rng(0)
     p = _params(rng)
@@ -166,7 +184,9 @@ def test_2017_sum_zero_but_nonzero_key_not_masked_in_g1b():
     rng = np.random.default_rng(0)
     p = _params(rng)
     q, k = _x(rng), _x(rng)
-    k[0, 1, :] = np.array([1, -1, 2, -2, 3, -3, 0.5, -0.5], np.float32)  # sum == 0
+    k[0, 1, :] = np.array(
+        [1, -1, 2, -2, 3, -3, 0.5, -0.5], np.float32
+    )  # sum == 0
     _, w = ref.mha_reference_2017(q, k, p, H)
     assert np.all(w[0, :, :, 1] > 0.0)
 
@@ -192,8 +212,8 @@ def test_2017_zero_query_row_output_is_beta():
     q[0, 3, :] = 0.0
     out, w = ref.mha_reference_2017(q, k, p, H)
     assert np.all(w[0, :, 3, :] == 0.0)
-    np.testing.assert_array_equal(out[0, 3], p['beta'])
-    assert not np.allclose(out[0, 2], p['beta'])
+    np.testing.assert_array_equal(out[0, 3], p["beta"])
+    assert not np.allclose(out[0, 2], p["beta"])
 
 
 def test_2017_dropout_mask_and_weights_before_dropout():
@@ -210,7 +230,7 @@ def test_2017_dropout_mask_and_weights_before_dropout():
     assert not np.allclose(out0, out2)
 
 
-# ---------------------------------------------------------------- G2c masking (2.4, 5)
+# G2c masking (2.4, 5)
 def test_2019_additive_mask_equals_replacement():
     rng = np.random.default_rng(0)
     p = _params(rng)
@@ -219,13 +239,21 @@ def test_2019_additive_mask_equals_replacement():
     km[0, [1, 3]] = True
     km[1, 4] = True
     out, w = ref.mha_reference_2019(q, k, v, p, H, key_masks=km)
-    assert np.all(w[0, :, :, 1] == 0) and np.all(w[0, :, :, 3] == 0) and np.all(w[1, :, :, 4] == 0)
+    assert (
+        np.all(w[0, :, :, 1] == 0)
+        and np.all(w[0, :, :, 3] == 0)
+        and np.all(w[1, :, :, 4] == 0)
+    )
     # replacement semantics == dropping the masked keys entirely
     for n in range(N):
         keep = ~km[n]
-        o_n, w_n = ref.mha_reference_2019(q[n:n + 1], k[n:n + 1, keep], v[n:n + 1, keep], p, H)
+        o_n, w_n = ref.mha_reference_2019(
+            q[n : n + 1], k[n : n + 1, keep], v[n : n + 1, keep], p, H
+        )
         np.testing.assert_allclose(out[n], o_n[0], rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(w[n][..., keep], w_n[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            w[n][..., keep], w_n[0], rtol=1e-6, atol=1e-7
+        )
     # no query mask in G2c: zero query rows still attend
     q2 = q.copy()
     q2[0, 0] = 0.0
@@ -233,24 +261,28 @@ def test_2019_additive_mask_equals_replacement():
     np.testing.assert_allclose(w3[0, :, 0].sum(-1), 1.0, rtol=1e-6)
 
 
-# ---------------------------------------------------------------- head layout / scale (1.4, 2.5, 5)
-@pytest.mark.parametrize('variant', ['2017', '2019', 'paper'])
+# head layout / scale (1.4, 2.5, 5)
+@pytest.mark.parametrize("variant", ["2017", "2019", "paper"])
 def test_head0_independent_of_other_heads_channels(variant):
     rng = np.random.default_rng(0)
-    p = _params(rng, paper=(variant == 'paper'))
+    p = _params(rng, paper=(variant == "paper"))
     q, k, v = _x(rng), _x(rng), _x(rng)
-    if variant == '2017':
-        q, k, v = np.abs(q), np.abs(k), np.abs(k)  # keep ReLU pre-activations mostly alive
+    if variant == "2017":
+        q, k, v = (
+            np.abs(q),
+            np.abs(k),
+            np.abs(k),
+        )  # keep ReLU pre-activations mostly alive
 
     def run(pp):
-        if variant == '2017':
+        if variant == "2017":
             return ref.mha_reference_2017(q, k, pp, H)[1]
-        if variant == '2019':
+        if variant == "2019":
             return ref.mha_reference_2019(q, k, v, pp, H)[1]
         return ref.mha_paper(q, k, v, pp, H)[1]
 
     w0 = run(p)
-    for wname in ('wq', 'wk'):
+    for wname in ("wq", "wk"):
         pp = dict(p)
         pp[wname] = p[wname].copy()
         pp[wname][:, D + 1] += 3.0  # channel of head 1
@@ -268,20 +300,24 @@ def test_head0_independent_of_other_heads_channels(variant):
 def test_2019_weights_match_manual_per_head_and_paper_layout():
     rng = np.random.default_rng(0)
     p = _params(rng, paper=True)
-    p['gamma'] = np.ones(C, np.float32)
-    p['beta'] = np.zeros(C, np.float32)
+    p["gamma"] = np.ones(C, np.float32)
+    p["beta"] = np.zeros(C, np.float32)
     q, k, v = _x(rng), _x(rng), _x(rng)
     _, w19 = ref.mha_reference_2019(q, k, v, p, H)
     _, wp = ref.mha_paper(q, k, v, p, H)
     np.testing.assert_allclose(w19, wp, rtol=1e-5, atol=1e-6)
-    Q = q.astype(np.float64) @ p['wq'] + p['bq']
-    K = k.astype(np.float64) @ p['wk'] + p['bk']
+    Q = q.astype(np.float64) @ p["wq"] + p["bq"]
+    K = k.astype(np.float64) @ p["wk"] + p["bk"]
     for n in range(N):
         for i in range(H):
             sl = slice(i * D, (i + 1) * D)
-            s = Q[n, :, sl] @ K[n, :, sl].T / np.sqrt(D)  # scale 1/sqrt(C/h), not 1/sqrt(C)
+            s = (
+                Q[n, :, sl] @ K[n, :, sl].T / np.sqrt(D)
+            )  # scale 1/sqrt(C/h), not 1/sqrt(C)
             e = np.exp(s - s.max(-1, keepdims=True))
-            np.testing.assert_allclose(w19[n, i], e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(
+                w19[n, i], e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6
+            )
 
 
 def test_2017_manual_full_forward():
@@ -290,9 +326,9 @@ def test_2017_manual_full_forward():
     q, k = _x(rng), _x(rng)
     out, w = ref.mha_reference_2017(q, k, p, H)
     relu = lambda a: np.maximum(a, 0)  # noqa: E731
-    Q = relu(q.astype(np.float64) @ p['wq'] + p['bq'])
-    K = relu(k.astype(np.float64) @ p['wk'] + p['bk'])
-    V = relu(k.astype(np.float64) @ p['wv'] + p['bv'])
+    Q = relu(q.astype(np.float64) @ p["wq"] + p["bq"])
+    K = relu(k.astype(np.float64) @ p["wk"] + p["bk"])
+    V = relu(k.astype(np.float64) @ p["wv"] + p["bv"])
     o = np.zeros((N, T, C))
     for n in range(N):
         for i in range(H):
@@ -305,7 +341,7 @@ def test_2017_manual_full_forward():
     o = o + q
     mu = o.mean(-1, keepdims=True)
     var = ((o - mu) ** 2).mean(-1, keepdims=True)
-    expect = p['gamma'] * (o - mu) / np.sqrt(var + 1e-8) + p['beta']
+    expect = p["gamma"] * (o - mu) / np.sqrt(var + 1e-8) + p["beta"]
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)
 
 
@@ -320,33 +356,41 @@ def test_paper_attend_mask_polarity_and_output():
     assert out.shape == (N, T, C)
     # no residual / no LN: output is linear in the head concatenation
     _, w_full = ref.mha_paper(q, k, v, p, H)
-    V = v @ p['wv'] + p['bv']
-    cat = np.concatenate([w_full[:, i] @ V[:, :, i * D:(i + 1) * D] for i in range(H)], axis=-1)
+    V = v @ p["wv"] + p["bv"]
+    cat = np.concatenate(
+        [w_full[:, i] @ V[:, :, i * D : (i + 1) * D] for i in range(H)], axis=-1
+    )
     out_full, _ = ref.mha_paper(q, k, v, p, H)
-    np.testing.assert_allclose(out_full, cat @ p['wo'] + p['bo'], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        out_full, cat @ p["wo"] + p["bo"], rtol=1e-4, atol=1e-5
+    )
 
 
-# ---------------------------------------------------------------- causality (1.4.6, 2.4.3, 5)
-@pytest.mark.parametrize('variant', ['2017', '2019', 'paper'])
+# causality (1.4.6, 2.4.3, 5)
+@pytest.mark.parametrize("variant", ["2017", "2019", "paper"])
 def test_causality_future_perturbation(variant):
     rng = np.random.default_rng(0)
-    p = _params(rng, paper=(variant == 'paper'))
+    p = _params(rng, paper=(variant == "paper"))
     x = _x(rng)
     x[1, 3] = 0.0  # a zero (pad-like) row in G1 too
     km = np.zeros((N, T), bool)
     km[1, 3] = True
 
     def run(inp):
-        if variant == '2017':
+        if variant == "2017":
             return ref.mha_reference_2017(inp, inp, p, H, causality=True)
-        if variant == '2019':
-            return ref.mha_reference_2019(inp, inp, inp, p, H, key_masks=km, causality=True)
+        if variant == "2019":
+            return ref.mha_reference_2019(
+                inp, inp, inp, p, H, key_masks=km, causality=True
+            )
         return ref.mha_paper(inp, inp, inp, p, H, causality=True)
 
     out0, w0 = run(x)
     assert np.all(np.triu(np.ones((T, T)), 1)[None, None] * w0 == 0)
     for t in range(T - 1):
         x2 = x.copy()
-        x2[:, t + 1:] += rng.standard_normal(x2[:, t + 1:].shape).astype(np.float32)
+        x2[:, t + 1 :] += rng.standard_normal(x2[:, t + 1 :].shape).astype(
+            np.float32
+        )
         out1, _ = run(x2)
-        np.testing.assert_array_equal(out1[:, :t + 1], out0[:, :t + 1])
+        np.testing.assert_array_equal(out1[:, : t + 1], out0[:, : t + 1])

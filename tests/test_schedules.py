@@ -1,4 +1,4 @@
-"""Tests of tfattn.schedules.NoamSchedule (REFERENCE_SPEC §2.8, §3, §5).
+"""Tests of tfattn.schedules.NoamSchedule (docs/reference.md §2.8, §3, §5).
 
 The oracles are tests/reference_numpy.noam_2019 (0-based step, adds 1) and
 noam_paper (1-based step_num), plus the spec's golden numbers.
@@ -70,7 +70,9 @@ def test_tensor_steps_in_tf_function_and_xla():
     fn = tf.function(schedule, jit_compile=True)
     for dtype in (tf.int64, tf.int32, tf.float32):
         got = [float(fn(tf.constant(s, dtype))) for s in (0, 3999, 10000)]
-        np.testing.assert_allclose(got, ref.noam_2019(3e-4, [0, 3999, 10000]), rtol=1e-6)
+        np.testing.assert_allclose(
+            got, ref.noam_2019(3e-4, [0, 3999, 10000]), rtol=1e-6
+        )
     assert fn(tf.constant(5, tf.int64)).dtype == tf.float32
 
 
@@ -79,17 +81,27 @@ def test_keras_optimizer_uses_iterations_as_zero_based_step():
     var = keras.Variable(np.ones(3, "float32"))
     optimizer = keras.optimizers.SGD(learning_rate=schedule)
     optimizer.build([var])
-    np.testing.assert_allclose(float(optimizer.learning_rate), ref.noam_2019(1e-2, 0, 10), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(optimizer.learning_rate), ref.noam_2019(1e-2, 0, 10), rtol=1e-6
+    )
     # The first update uses s = 1.
     optimizer.apply_gradients([(np.ones(3, "float32"), var)])
-    np.testing.assert_allclose(var.numpy(), 1.0 - ref.noam_2019(1e-2, 0, 10), rtol=1e-6)
-    np.testing.assert_allclose(float(optimizer.learning_rate), ref.noam_2019(1e-2, 1, 10), rtol=1e-6)
+    np.testing.assert_allclose(
+        var.numpy(), 1.0 - ref.noam_2019(1e-2, 0, 10), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        float(optimizer.learning_rate), ref.noam_2019(1e-2, 1, 10), rtol=1e-6
+    )
 
 
 def test_config_round_trip_and_optimizer_serialization():
-    schedule = NoamSchedule(num_units=256, warmup_steps=800, peak_learning_rate=5e-4, scale=2.0)
+    schedule = NoamSchedule(
+        num_units=256, warmup_steps=800, peak_learning_rate=5e-4, scale=2.0
+    )
     config = schedule.get_config()
-    assert config == dict(num_units=256, warmup_steps=800, peak_learning_rate=5e-4, scale=2.0)
+    assert config == dict(
+        num_units=256, warmup_steps=800, peak_learning_rate=5e-4, scale=2.0
+    )
     assert NoamSchedule.from_config(config).get_config() == config
     revived = keras.saving.deserialize_keras_object(
         json.loads(json.dumps(keras.saving.serialize_keras_object(schedule)))
@@ -108,14 +120,36 @@ def test_config_round_trip_and_optimizer_serialization():
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(num_units=0), r"NoamSchedule.*argument `num_units`.*positive integer.*num_units=0"),
+        (
+            dict(num_units=0),
+            r"NoamSchedule.*argument `num_units`.*positive "
+            r"integer.*num_units=0",
+        ),
         (dict(num_units=512.0), r"argument `num_units`.*num_units=512.0"),
-        (dict(warmup_steps=0), r"argument `warmup_steps`.*positive finite number.*warmup_steps=0"),
-        (dict(warmup_steps=-4000), r"argument `warmup_steps`.*warmup_steps=-4000"),
-        (dict(warmup_steps=True), r"argument `warmup_steps`.*warmup_steps=True"),
-        (dict(warmup_steps=float("inf")), r"argument `warmup_steps`.*warmup_steps=inf"),
-        (dict(peak_learning_rate=0.0), r"argument `peak_learning_rate`.*peak_learning_rate=0.0"),
-        (dict(peak_learning_rate="3e-4"), r"argument `peak_learning_rate`.*peak_learning_rate='3e-4'"),
+        (
+            dict(warmup_steps=0),
+            r"argument `warmup_steps`.*positive finite number.*warmup_steps=0",
+        ),
+        (
+            dict(warmup_steps=-4000),
+            r"argument `warmup_steps`.*warmup_steps=-4000",
+        ),
+        (
+            dict(warmup_steps=True),
+            r"argument `warmup_steps`.*warmup_steps=True",
+        ),
+        (
+            dict(warmup_steps=float("inf")),
+            r"argument `warmup_steps`.*warmup_steps=inf",
+        ),
+        (
+            dict(peak_learning_rate=0.0),
+            r"argument `peak_learning_rate`.*peak_learning_rate=0.0",
+        ),
+        (
+            dict(peak_learning_rate="3e-4"),
+            r"argument `peak_learning_rate`.*peak_learning_rate='3e-4'",
+        ),
         (dict(scale=-1.0), r"argument `scale`.*scale=-1.0"),
         (dict(scale=float("nan")), r"argument `scale`.*scale=nan"),
     ],
@@ -134,18 +168,24 @@ def test_cosine_hparams_schedule_matches_the_formula():
     import hparams
     from tfattn import optimization
 
-    hp = dataclasses.replace(hparams.get("tiny"),
-                             learning_rate_schedule="cosine",
-                             learning_rate=2e-3, warmup_steps=10,
-                             train_steps=110)
+    hp = dataclasses.replace(
+        hparams.get("tiny"),
+        learning_rate_schedule="cosine",
+        learning_rate=2e-3,
+        warmup_steps=10,
+        train_steps=110,
+    )
     schedule = optimization.learning_rate_schedule(hp)
     steps = np.array([0, 1, 5, 10, 11, 35, 60, 100, 109, 110, 500])
     p, w, t = 2e-3, 10, 110
     expected = np.where(
-        steps < w, p * steps / w,
-        p * 0.5 * (1 + np.cos(np.pi * np.minimum(steps - w, t - w) / (t - w))))
-    np.testing.assert_allclose(_values(schedule, steps), expected,
-                               rtol=1e-5, atol=1e-10)
+        steps < w,
+        p * steps / w,
+        p * 0.5 * (1 + np.cos(np.pi * np.minimum(steps - w, t - w) / (t - w))),
+    )
+    np.testing.assert_allclose(
+        _values(schedule, steps), expected, rtol=1e-5, atol=1e-10
+    )
     # `total_steps` (e.g. from train_epochs) replaces train_steps.
     longer = optimization.learning_rate_schedule(hp, total_steps=210)
     assert float(longer(60)) > 0.8 * p > float(schedule(60))

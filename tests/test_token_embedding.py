@@ -1,4 +1,4 @@
-"""Tests of TokenEmbedding (REFERENCE_SPEC §1.2, §2.2, §2.9).
+"""Tests of TokenEmbedding (docs/reference.md §1.2, §2.2, §2.9).
 
 Expected values are computed in NumPy from the layer's table, never by the
 layer's own code paths.
@@ -52,7 +52,8 @@ def test_keras_file_round_trip():
     of the contract tests above (run_layer_test skips it)."""
     for kwargs in CONTRACT_KWARGS:
         assert_keras_file_round_trip(
-            TokenEmbedding, dict(vocab_size=V, num_units=C, **kwargs), IDS)
+            TokenEmbedding, dict(vocab_size=V, num_units=C, **kwargs), IDS
+        )
 
 
 def test_table_is_glorot_uniform_by_default():
@@ -108,7 +109,9 @@ def test_row_zero_learns_without_zero_pad():
     layer = _built(zero_pad=False)
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(layer(IDS) ** 2)
-    grad = np.asarray(tf.convert_to_tensor(tape.gradient(loss, layer.embeddings.value)))
+    grad = np.asarray(
+        tf.convert_to_tensor(tape.gradient(loss, layer.embeddings.value))
+    )
     assert np.abs(grad[0]).max() > 0
 
 
@@ -160,7 +163,9 @@ def test_mixed_precision(policy):
     assert layer.logits(out).dtype == compute
     want = layer.embeddings.numpy()[IDS] * np.sqrt(C)
     want[IDS == 0] = 0
-    np.testing.assert_allclose(np.asarray(out, "float32"), want, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(
+        np.asarray(out, "float32"), want, rtol=1e-2, atol=1e-2
+    )
 
 
 def test_jit_compile_equals_eager():
@@ -176,7 +181,10 @@ def test_jit_compile_equals_eager():
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(vocab_size=0), r"TokenEmbedding.*argument `vocab_size`.*vocab_size=0"),
+        (
+            dict(vocab_size=0),
+            r"TokenEmbedding.*argument `vocab_size`.*vocab_size=0",
+        ),
         (dict(vocab_size=2.5), r"argument `vocab_size`.*vocab_size=2.5"),
         (dict(num_units=-1), r"argument `num_units`.*num_units=-1"),
         (dict(zero_pad=1), r"argument `zero_pad`.*bool.*zero_pad=1"),
@@ -198,7 +206,11 @@ def test_constructor_rejects_bad_arguments(kwargs, pattern):
 @pytest.mark.parametrize(
     "ids, pattern",
     [
-        (IDS.astype("float32"), r"`ids`.*integer tensor of shape \[B, T\].*dtype float32 and shape \(2, 5\)"),
+        (
+            IDS.astype("float32"),
+            r"`ids`.*integer tensor of shape \[B, T\].*dtype float32 and "
+            r"shape \(2, 5\)",
+        ),
         (IDS[0], r"`ids`.*dtype int32 and shape \(5,\)"),
         (IDS[..., None], r"`ids`.*shape \(2, 5, 1\)"),
     ],
@@ -213,7 +225,9 @@ def test_call_rejects_bad_ids(ids, pattern):
 
 def test_logits_rejects_wrong_width():
     layer = _built()
-    with pytest.raises(ValueError, match=r"`x`.*num_units=8.*shape \(2, 5, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"`x`.*num_units=8.*shape \(2, 5, 3\)"
+    ):
         layer.logits(np.ones((B, T, 3), "float32"))
     with pytest.raises(ValueError, match=r"`x`.*num_units=8.*shape \(\)"):
         layer.logits(np.float32(1.0))

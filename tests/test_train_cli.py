@@ -28,7 +28,8 @@ FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = "--hparams_overrides=num_layers=1,log_every_steps=5"
 # Long enough that the kill lands mid-run (tens of steps after it is sent,
-# a step takes tens of milliseconds), short enough that the resumed run is quick.
+# a step takes tens of milliseconds), short enough that the resumed run is
+# quick.
 KILL_STEPS = 60
 TERM_STEPS = 60
 
@@ -45,34 +46,60 @@ def parse(*args):
     return FLAGS(["train.py", *args])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--hparams=small"], "Known sets: tiny, base, big"),
-    (["--hparams=tiny", "--hparams_overrides=heads=4"],
-     "Unknown hparams field 'heads'.*Valid fields: flavor"),
-    (["--hparams=tiny", "--hparams_overrides=num_heads"],
-     "Malformed hparams override"),
-    (["--hparams=tiny", "--hparams_overrides=num_heads=2.5"],
-     "expected an int"),
-    (["--hparams=tiny", "--hparams_overrides=num_heads=3"],
-     "a multiple of num_heads=3"),
-    (["--strategy=gpu"], "value should be one of <default|one_device"),
-    (["--strategy=tpu"], "--tpu is required with --strategy=tpu"),
-    (["--tpu=local"], "--tpu is required with --strategy=tpu and only"),
-    (["--strategy=tpu", "--tpu=local", "--mixed_precision=mixed_float16"],
-     "TPUs do not compute in float16"),
-    (["--train_steps=5", "--train_epochs=1"], "At most one of"),
-    (["--train_steps=0"], "--train_steps=0"),
-    (["--export_dir=/tmp/e"], "--export_dir and --overwrite_export are only used"),
-    (["--mode=eval", "--train_steps=5"], "only apply with --mode=train"),
-    (["--dataset=wmt"], "Unknown dataset 'wmt'"),
-    (["--dataset=tfds:wmt14_translate/de-en"], "needs source_language"),
-    (["--source_language=en"], "'numbers' dataset takes no source_language"),
-    (["--dataset=multi30k", "--source_language=fr"],
-     "between 'en' and 'de'"),
-    (["--mixed_precision=fp16"], "value should be one of <off|"),
-])
-def test_flag_validators_reject_impossible_combinations(args, message,
-                                                        tmp_path):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hparams=small"], "Known sets: tiny, base, big"),
+        (
+            ["--hparams=tiny", "--hparams_overrides=heads=4"],
+            "Unknown hparams field 'heads'.*Valid fields: flavor",
+        ),
+        (
+            ["--hparams=tiny", "--hparams_overrides=num_heads"],
+            "Malformed hparams override",
+        ),
+        (
+            ["--hparams=tiny", "--hparams_overrides=num_heads=2.5"],
+            "expected an int",
+        ),
+        (
+            ["--hparams=tiny", "--hparams_overrides=num_heads=3"],
+            "a multiple of num_heads=3",
+        ),
+        (["--strategy=gpu"], "value should be one of <default|one_device"),
+        (["--strategy=tpu"], "--tpu is required with --strategy=tpu"),
+        (["--tpu=local"], "--tpu is required with --strategy=tpu and only"),
+        (
+            [
+                "--strategy=tpu",
+                "--tpu=local",
+                "--mixed_precision=mixed_float16",
+            ],
+            "TPUs do not compute in float16",
+        ),
+        (["--train_steps=5", "--train_epochs=1"], "At most one of"),
+        (["--train_steps=0"], "--train_steps=0"),
+        (
+            ["--export_dir=/tmp/e"],
+            "--export_dir and --overwrite_export are only used",
+        ),
+        (["--mode=eval", "--train_steps=5"], "only apply with --mode=train"),
+        (["--dataset=wmt"], "Unknown dataset 'wmt'"),
+        (["--dataset=tfds:wmt14_translate/de-en"], "needs source_language"),
+        (
+            ["--source_language=en"],
+            "'numbers' dataset takes no source_language",
+        ),
+        (
+            ["--dataset=multi30k", "--source_language=fr"],
+            "between 'en' and 'de'",
+        ),
+        (["--mixed_precision=fp16"], "value should be one of <off|"),
+    ],
+)
+def test_flag_validators_reject_impossible_combinations(
+    args, message, tmp_path
+):
     with pytest.raises(flags.IllegalFlagValueError, match=message):
         parse(f"--model_dir={tmp_path}", *args)
 
@@ -80,10 +107,15 @@ def test_flag_validators_reject_impossible_combinations(args, message,
 def test_model_dir_defaults_to_runs_hparams_dataset():
     parse("--hparams=tiny")
     assert train.model_dir() == os.path.join("runs", "tiny_numbers")
-    parse("--hparams=base", "--dataset=tfds:wmt14_translate/de-en",
-          "--source_language=en", "--target_language=de")
+    parse(
+        "--hparams=base",
+        "--dataset=tfds:wmt14_translate/de-en",
+        "--source_language=en",
+        "--target_language=de",
+    )
     assert train.model_dir() == os.path.join(
-        "runs", "base_tfds_wmt14_translate_de-en")
+        "runs", "base_tfds_wmt14_translate_de-en"
+    )
     parse("--model_dir=/somewhere")
     assert train.model_dir() == "/somewhere"
     parse()
@@ -92,25 +124,47 @@ def test_model_dir_defaults_to_runs_hparams_dataset():
 
 
 def test_valid_flags_parse(tmp_path):
-    parse(f"--model_dir={tmp_path}", "--hparams=tiny",
-          "--hparams_overrides=num_heads=2,dropout_rate=0.2",
-          "--strategy=mirrored", "--mixed_precision=mixed_bfloat16",
-          "--dataset=textfiles:/data/corpus", "--source_language=en",
-          "--target_language=de", "--train_epochs=2", "--mode=all",
-          "--export_dir=/tmp/export")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--hparams=tiny",
+        "--hparams_overrides=num_heads=2,dropout_rate=0.2",
+        "--strategy=mirrored",
+        "--mixed_precision=mixed_bfloat16",
+        "--dataset=textfiles:/data/corpus",
+        "--source_language=en",
+        "--target_language=de",
+        "--train_epochs=2",
+        "--mode=all",
+        "--export_dir=/tmp/export",
+    )
     hp = train.requested_hparams(str(tmp_path))
     assert (hp.num_heads, hp.dropout_rate) == (2, 0.2)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--hparams=tiny", "--dataset=multi30k", "--manual_dir=/no/such/dir"],
-     "manual_dir directory does not exist"),
-    (["--hparams=tiny", "--dataset=textfiles:/no/such/corpus",
-      "--source_language=en", "--target_language=de"],
-     "No parallel text files"),
-    ([], "name a hparams set"),
-    (["--hparams_overrides=num_heads=2"], "needs --hparams for a new run"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            [
+                "--hparams=tiny",
+                "--dataset=multi30k",
+                "--manual_dir=/no/such/dir",
+            ],
+            "manual_dir directory does not exist",
+        ),
+        (
+            [
+                "--hparams=tiny",
+                "--dataset=textfiles:/no/such/corpus",
+                "--source_language=en",
+                "--target_language=de",
+            ],
+            "No parallel text files",
+        ),
+        ([], "name a hparams set"),
+        (["--hparams_overrides=num_heads=2"], "needs --hparams for a new run"),
+    ],
+)
 def test_main_refuses_bad_input_and_writes_nothing(args, message, tmp_path):
     model_dir = tmp_path / "run"
     parse(f"--model_dir={model_dir}", *args)
@@ -148,18 +202,30 @@ def test_main_passes_the_flags_to_train(tmp_path, monkeypatch):
         raise training.NonFiniteLossError(1, "loss", None)
 
     monkeypatch.setattr(training, "train_prepared", fake_train)
-    parse(f"--model_dir={tmp_path}", "--hparams=tiny", FAST,
-          "--train_steps=9", "--mixed_precision=mixed_bfloat16",
-          "--jit_compile", "--seed=3", "--progress_bar=false")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--hparams=tiny",
+        FAST,
+        "--train_steps=9",
+        "--mixed_precision=mixed_bfloat16",
+        "--jit_compile",
+        "--seed=3",
+        "--progress_bar=false",
+    )
     with pytest.raises(SystemExit):
         train.main(["train.py"])
     prepared = seen["prepared"]
     hp = prepared.hparams
     assert hp.num_layers == 1 and prepared.dataset.kind == "numbers"
     assert prepared.model_dir == str(tmp_path)
-    assert (hp.train_steps, hp.train_epochs, prepared.precision.policy,
-            seen["jit_compile"], prepared.seed, seen["verbose"]) == (
-        9, None, "mixed_bfloat16", True, 3, 0)
+    assert (
+        hp.train_steps,
+        hp.train_epochs,
+        prepared.precision.policy,
+        seen["jit_compile"],
+        prepared.seed,
+        seen["verbose"],
+    ) == (9, None, "mixed_bfloat16", True, 3, 0)
     # XLA pads batches to max_train_length: the memory estimate says so.
     assert prepared.static_shapes
     assert prepared.memory.length == hp.max_train_length
@@ -168,9 +234,17 @@ def test_main_passes_the_flags_to_train(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
     out = subprocess.run(
-        [sys.executable, "train.py", "--hparams=small",
-         f"--model_dir={tmp_path / 'run'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "train.py",
+            "--hparams=small",
+            f"--model_dir={tmp_path / 'run'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0
     assert "Known sets: tiny, base, big" in out.stderr
     assert not (tmp_path / "run").exists()
@@ -180,10 +254,23 @@ def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
 def test_end_to_end_train_eval_export_then_resume(tmp_path):
     model_dir = tmp_path / "run"
     out = subprocess.run(
-        [sys.executable, "train.py", "--hparams=tiny", FAST,
-         "--dataset=numbers", f"--model_dir={model_dir}", "--train_steps=20",
-         "--samples=5", "--mode=all", "--progress_bar=false"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "train.py",
+            "--hparams=tiny",
+            FAST,
+            "--dataset=numbers",
+            f"--model_dir={model_dir}",
+            "--train_steps=20",
+            "--samples=5",
+            "--mode=all",
+            "--progress_bar=false",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Exact match on 5 validation pairs" in out.stdout
     assert "BLEU on the test split" in out.stdout
@@ -192,28 +279,46 @@ def test_end_to_end_train_eval_export_then_resume(tmp_path):
     metrics = json.loads((model_dir / "metrics_test.json").read_text())
     assert metrics["num_sentences"] == 500
     # Eval drew attention maps into TensorBoard's Images tab.
-    tags = {value.tag
-            for path in tf.io.gfile.glob(str(model_dir / "eval" / "events*"))
-            for event in tf.compat.v1.train.summary_iterator(path)
-            for value in event.summary.value}
-    assert {"attention/encoder/sentence_0",
-            "attention/cross/sentence_1"} <= tags
+    tags = {
+        value.tag
+        for path in tf.io.gfile.glob(str(model_dir / "eval" / "events*"))
+        for event in tf.compat.v1.train.summary_iterator(path)
+        for value in event.summary.value
+    }
+    assert {
+        "attention/encoder/sentence_0",
+        "attention/cross/sentence_1",
+    } <= tags
 
     # Resume in-process with the saved hparams and a longer run.
-    parse(f"--model_dir={model_dir}", "--train_steps=25", "--samples=0",
-          "--progress_bar=false")
+    parse(
+        f"--model_dir={model_dir}",
+        "--train_steps=25",
+        "--samples=0",
+        "--progress_bar=false",
+    )
     train.main(["train.py"])
     assert run_dir.load_saved_hparams(model_dir).train_steps == 25
     last = str(model_dir / "ckpt-25")
-    (iterations,) = [n for n, _ in tf.train.list_variables(last)
-                     if n.startswith("optimizer/_iterations")]
+    (iterations,) = [
+        n
+        for n, _ in tf.train.list_variables(last)
+        if n.startswith("optimizer/_iterations")
+    ]
     assert tf.train.load_variable(last, iterations) == 25
 
 
 def _train_command(model_dir, *args):
-    return [sys.executable, "train.py", "--hparams=tiny", "--dataset=numbers",
-            f"--model_dir={model_dir}", "--samples=0", "--progress_bar=false",
-            *args]
+    return [
+        sys.executable,
+        "train.py",
+        "--hparams=tiny",
+        "--dataset=numbers",
+        f"--model_dir={model_dir}",
+        "--samples=0",
+        "--progress_bar=false",
+        *args,
+    ]
 
 
 def _wait_until(predicate, process, log, timeout=300):
@@ -223,17 +328,19 @@ def _wait_until(predicate, process, log, timeout=300):
         if predicate():
             return
         if process.poll() is not None:
-            pytest.fail("training ended before the kill:\n"
-                        + log.read_text()[-3000:])
+            pytest.fail(
+                "training ended before the kill:\n" + log.read_text()[-3000:]
+            )
         time.sleep(0.05)
     pytest.fail("timed out waiting for training:\n" + log.read_text()[-3000:])
 
 
 def _checkpoint_steps(model_dir):
     state = tf.train.get_checkpoint_state(str(model_dir))
-    return sorted(int(path.rsplit("-", 1)[1])
-                  for path in (state.all_model_checkpoint_paths
-                               if state else []))
+    return sorted(
+        int(path.rsplit("-", 1)[1])
+        for path in (state.all_model_checkpoint_paths if state else [])
+    )
 
 
 def _assert_checkpoints_load(model_dir):
@@ -249,8 +356,9 @@ def _run_killed(command, log, signum, ready, seconds=None):
     """Starts `command`, sends `signum` once `ready()`, returns the status;
     `seconds` (a list) receives the time from the signal to the exit."""
     with open(log, "w") as out:
-        process = subprocess.Popen(command, cwd=REPO, stdout=out,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         _wait_until(ready, process, log)
         process.send_signal(signum)
@@ -266,8 +374,9 @@ def _run_killed(command, log, signum, ready, seconds=None):
 
 
 def _checkpoint_step_value(path):
-    (name,) = [n for n, _ in tf.train.list_variables(path)
-               if n.startswith("step/")]
+    (name,) = [
+        n for n, _ in tf.train.list_variables(path) if n.startswith("step/")
+    ]
     return int(tf.train.load_variable(path, name))
 
 
@@ -275,11 +384,17 @@ def _checkpoint_step_value(path):
 def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path, caplog):
     model_dir = tmp_path / "run"
     command = _train_command(
-        model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=5", f"--train_steps={KILL_STEPS}")
+        model_dir,
+        "--hparams_overrides=num_layers=1,log_every_steps=5,"
+        "checkpoint_every_steps=5",
+        f"--train_steps={KILL_STEPS}",
+    )
     status = _run_killed(
-        command, tmp_path / "first.log", signal.SIGKILL,
-        ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)))
+        command,
+        tmp_path / "first.log",
+        signal.SIGKILL,
+        ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)),
+    )
     assert status == -signal.SIGKILL
     killed_at = max(_checkpoint_steps(model_dir))
     assert 10 <= killed_at < KILL_STEPS
@@ -294,14 +409,17 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path, caplog):
     assert f"resuming at step {killed_at}." in caplog.text
     assert f"from step {killed_at} to {KILL_STEPS}" in caplog.text
     _assert_checkpoints_load(model_dir)
-    assert _checkpoint_step_value(
-        str(model_dir / f"ckpt-{KILL_STEPS}")) == KILL_STEPS
+    assert (
+        _checkpoint_step_value(str(model_dir / f"ckpt-{KILL_STEPS}"))
+        == KILL_STEPS
+    )
     # The resumed model restores whole, as eval and export restore it
     # (every saved object matched), and translates. Exporting a restored
     # model is the end-to-end test's (--mode=all) and test_export.py's.
     model, tokenizer, _ = run_dir.restore_model(model_dir)
-    (translation,) = translate.translate_texts(model, tokenizer, ["12"],
-                                               beam_size=1)
+    (translation,) = translate.translate_texts(
+        model, tokenizer, ["12"], beam_size=1
+    )
     assert isinstance(translation, str)
 
 
@@ -312,12 +430,19 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(tmp_path):
     # No periodic checkpoint before the end: the one found after SIGTERM
     # can only come from the SIGTERM handler.
     command = _train_command(
-        model_dir, "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=1000", f"--train_steps={TERM_STEPS}")
+        model_dir,
+        "--hparams_overrides=num_layers=1,log_every_steps=5,"
+        "checkpoint_every_steps=1000",
+        f"--train_steps={TERM_STEPS}",
+    )
     seconds = []
-    status = _run_killed(command, log, signal.SIGTERM,
-                         ready=lambda: "step 5:" in log.read_text(),
-                         seconds=seconds)
+    status = _run_killed(
+        command,
+        log,
+        signal.SIGTERM,
+        ready=lambda: "step 5:" in log.read_text(),
+        seconds=seconds,
+    )
     text = log.read_text()
     assert status == 128 + signal.SIGTERM, text[-3000:]
     # Saved and gone well within a preemption's grace period (often 30 s);
@@ -328,11 +453,14 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(tmp_path):
     assert f"Training stopped on SIGTERM at step {stopped_at}" in text
     assert "Run the same command again to resume" in text
     _assert_checkpoints_load(model_dir)
-    assert _checkpoint_step_value(
-        str(model_dir / f"ckpt-{stopped_at}")) == stopped_at
+    assert (
+        _checkpoint_step_value(str(model_dir / f"ckpt-{stopped_at}"))
+        == stopped_at
+    )
 
-    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"resuming at step {stopped_at}." in out.stderr
     assert _checkpoint_steps(model_dir) == [stopped_at, TERM_STEPS]
@@ -349,21 +477,30 @@ def test_main_exits_143_when_preempted(tmp_path, monkeypatch):
     assert exit_info.value.code == 143
 
 
-def test_worker_index_out_of_range_is_refused_before_training(tmp_path,
-                                                              monkeypatch):
-    monkeypatch.setenv("TF_CONFIG", json.dumps({
-        "cluster": {"worker": ["localhost:1", "localhost:2"]},
-        "task": {"type": "worker", "index": 2}}))
+def test_worker_index_out_of_range_is_refused_before_training(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {
+                "cluster": {"worker": ["localhost:1", "localhost:2"]},
+                "task": {"type": "worker", "index": 2},
+            }
+        ),
+    )
     model_dir = tmp_path / "run"
-    parse(f"--model_dir={model_dir}", "--hparams=tiny",
-          "--strategy=multi_worker_mirrored")
+    parse(
+        f"--model_dir={model_dir}",
+        "--hparams=tiny",
+        "--strategy=multi_worker_mirrored",
+    )
     with pytest.raises(SystemExit, match="task index 2 is not an index"):
         train.main(["train.py"])
     assert not model_dir.exists()
 
 
-def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
-                                                         monkeypatch):
+def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path, monkeypatch):
     seen = {}
 
     def fake_restore(model_dir, average_last=1):
@@ -371,10 +508,10 @@ def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
         raise ValueError("Cannot average the last 7 checkpoints")
 
     monkeypatch.setattr(run_dir, "restore_model", fake_restore)
-    write_text_atomically(run_dir.hparams_path(tmp_path),
-                                  config.to_json(hparams.get("tiny")))
-    parse(f"--model_dir={tmp_path}", "--mode=export",
-          "--average_checkpoints=7")
+    write_text_atomically(
+        run_dir.hparams_path(tmp_path), config.to_json(hparams.get("tiny"))
+    )
+    parse(f"--model_dir={tmp_path}", "--mode=export", "--average_checkpoints=7")
     with pytest.raises(SystemExit) as exit_info:
         train.main(["train.py"])
     assert "Cannot average the last 7" in str(exit_info.value.code)
@@ -384,8 +521,9 @@ def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path,
 def _saved_run(tmp_path, monkeypatch):
     """A model dir holding tiny's hparams.json, with restoring, data and
     the evaluation and export faked: what eval/export are called with."""
-    write_text_atomically(run_dir.hparams_path(tmp_path),
-                                  config.to_json(hparams.get("tiny")))
+    write_text_atomically(
+        run_dir.hparams_path(tmp_path), config.to_json(hparams.get("tiny"))
+    )
     seen = {}
 
     def fake_restore(model_dir, average_last=1):
@@ -411,30 +549,43 @@ def _saved_run(tmp_path, monkeypatch):
 
     from tfattn import evaluation
     from tfattn import export
+
     monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
     monkeypatch.setattr(export, "export_translator", fake_export)
     return seen
 
 
-def test_decoding_overrides_are_honoured_at_eval_and_export(tmp_path,
-                                                            monkeypatch):
+def test_decoding_overrides_are_honoured_at_eval_and_export(
+    tmp_path, monkeypatch
+):
     seen = _saved_run(tmp_path, monkeypatch)
-    parse(f"--model_dir={tmp_path}", "--mode=eval",
-          "--hparams_overrides=beam_size=8,decode_alpha=1.0")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=eval",
+        "--hparams_overrides=beam_size=8,decode_alpha=1.0",
+    )
     train.main(["train.py"])
     assert seen["evaluate"]["beam_size"] == 8
     assert seen["evaluate"]["alpha"] == 1.0
-    assert seen["evaluate"]["extra_length"] == hparams.get(
-        "tiny").decode_extra_length
-    parse(f"--model_dir={tmp_path}", "--mode=export",
-          "--hparams_overrides=decode_extra_length=3")
+    assert (
+        seen["evaluate"]["extra_length"]
+        == hparams.get("tiny").decode_extra_length
+    )
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=export",
+        "--hparams_overrides=decode_extra_length=3",
+    )
     train.main(["train.py"])
     assert seen["export"]["extra_length"] == 3
     assert seen["export"]["beam_size"] == hparams.get("tiny").beam_size
     # The default export dir is replaced; an explicit one needs the flag.
     assert seen["export"]["overwrite"] is True
-    parse(f"--model_dir={tmp_path}", "--mode=export",
-          f"--export_dir={tmp_path / 'elsewhere'}")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=export",
+        f"--export_dir={tmp_path / 'elsewhere'}",
+    )
     train.main(["train.py"])
     assert seen["export"]["overwrite"] is False
     # An existing explicit one is refused, naming the flag, before any
@@ -444,8 +595,12 @@ def test_decoding_overrides_are_honoured_at_eval_and_export(tmp_path,
     with pytest.raises(SystemExit, match="pass --overwrite_export"):
         train.main(["train.py"])
     assert "export" not in seen
-    parse(f"--model_dir={tmp_path}", "--mode=export", "--overwrite_export",
-          f"--export_dir={tmp_path / 'elsewhere'}")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=export",
+        "--overwrite_export",
+        f"--export_dir={tmp_path / 'elsewhere'}",
+    )
     train.main(["train.py"])
     assert seen["export"]["overwrite"] is True
 
@@ -458,29 +613,43 @@ def test_eval_split_and_the_sets_checkpoint_average(tmp_path, monkeypatch):
     parse(f"--model_dir={tmp_path}", "--mode=eval")
     train.main(["train.py"])
     assert (seen["split"], seen["average_last"]) == ("test", 1)
-    parse(f"--model_dir={tmp_path}", "--mode=eval", "--eval_split=validation",
-          "--hparams_overrides=average_checkpoints=3")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=eval",
+        "--eval_split=validation",
+        "--hparams_overrides=average_checkpoints=3",
+    )
     train.main(["train.py"])
     assert (seen["split"], seen["average_last"]) == ("validation", 3)
     assert seen["splits"][-1] == "validation"
-    parse(f"--model_dir={tmp_path}", "--mode=export",
-          "--hparams_overrides=average_checkpoints=3",
-          "--average_checkpoints=2")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=export",
+        "--hparams_overrides=average_checkpoints=3",
+        "--average_checkpoints=2",
+    )
     train.main(["train.py"])
     assert seen["average_last"] == 2
     with pytest.raises(Exception, match="eval_split.*validation"):
         parse(f"--model_dir={tmp_path}", "--mode=eval", "--eval_split=train")
-    parse(f"--model_dir={tmp_path}", "--mode=eval",
-          "--hparams_overrides=average_checkpoints=4")  # keep_checkpoints=3
-    with pytest.raises(SystemExit, match="average_checkpoints.*at most "
-                                         "keep_checkpoints=3"):
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=eval",
+        "--hparams_overrides=average_checkpoints=4",
+    )  # keep_checkpoints=3
+    with pytest.raises(
+        SystemExit, match="average_checkpoints.*at most keep_checkpoints=3"
+    ):
         train.main(["train.py"])
 
 
 def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
     _saved_run(tmp_path, monkeypatch)
-    parse(f"--model_dir={tmp_path}", "--mode=eval",
-          "--hparams_overrides=num_layers=3,beam_size=2")
+    parse(
+        f"--model_dir={tmp_path}",
+        "--mode=eval",
+        "--hparams_overrides=num_layers=3,beam_size=2",
+    )
     with pytest.raises(SystemExit) as exit_info:
         train.main(["train.py"])
     message = str(exit_info.value.code)
@@ -489,12 +658,19 @@ def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_the_library_never_imports_the_hparams_sets(tmp_path):
-    script = ("import sys, tfattn, tfattn.training, tfattn.evaluation, "
-              "tfattn.export, tfattn.translate, tfattn.run_dir, "
-              "tfattn.distribute, tfattn.config, tfattn.data.sources; "
-              "print('hparams' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=REPO))
+    script = (
+        "import sys, tfattn, tfattn.training, tfattn.evaluation, "
+        "tfattn.export, tfattn.translate, tfattn.run_dir, "
+        "tfattn.distribute, tfattn.config, tfattn.data.sources; "
+        "print('hparams' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"

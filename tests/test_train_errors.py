@@ -42,19 +42,34 @@ def _corpus(prefix, source, target):
             f.write(data)
 
 
-@pytest.mark.parametrize("source, target, message", [
-    ("a b\nc d\ne f\n", "x\ny\n",
-     r"corpus.train.en has 3 lines but .*corpus.train.de has 2 lines"),
-    ("a b\n\nc d\n", "x\ny\nz\n", r"corpus.train.en:2: empty line"),
-    (b"a \xff b\nc\n", "x\ny\n", r"corpus.train.en:1: invalid UTF-8 at byte 3"),
-])
-def test_bad_text_files_name_the_file_and_line(tmp_path, source, target,
-                                               message):
+@pytest.mark.parametrize(
+    "source, target, message",
+    [
+        (
+            "a b\nc d\ne f\n",
+            "x\ny\n",
+            r"corpus.train.en has 3 lines but .*corpus.train.de has 2 lines",
+        ),
+        ("a b\n\nc d\n", "x\ny\nz\n", r"corpus.train.en:2: empty line"),
+        (
+            b"a \xff b\nc\n",
+            "x\ny\n",
+            r"corpus.train.en:1: invalid UTF-8 at byte 3",
+        ),
+    ],
+)
+def test_bad_text_files_name_the_file_and_line(
+    tmp_path, source, target, message
+):
     _corpus(tmp_path / "corpus", source, target)
     model_dir = tmp_path / "run"
-    status, line = _main("--hparams=tiny", f"--model_dir={model_dir}",
-                         f"--dataset=textfiles:{tmp_path / 'corpus'}",
-                         "--source_language=en", "--target_language=de")
+    status, line = _main(
+        "--hparams=tiny",
+        f"--model_dir={model_dir}",
+        f"--dataset=textfiles:{tmp_path / 'corpus'}",
+        "--source_language=en",
+        "--target_language=de",
+    )
     assert status == 1
     assert line.startswith("Error: ") and "\n" not in line
     assert re.search(message, line), line
@@ -64,12 +79,18 @@ def test_bad_text_files_name_the_file_and_line(tmp_path, source, target,
 def test_a_directory_where_a_file_should_be(tmp_path):
     (tmp_path / "corpus.train.en").mkdir()
     (tmp_path / "corpus.train.de").write_text("x\n")
-    status, line = _main("--hparams=tiny", f"--model_dir={tmp_path / 'run'}",
-                         f"--dataset=textfiles:{tmp_path / 'corpus'}",
-                         "--source_language=en", "--target_language=de")
+    status, line = _main(
+        "--hparams=tiny",
+        f"--model_dir={tmp_path / 'run'}",
+        f"--dataset=textfiles:{tmp_path / 'corpus'}",
+        "--source_language=en",
+        "--target_language=de",
+    )
     assert status == 1
-    assert line == (f"Error: {tmp_path / 'corpus.train.en'}: is a directory, "
-                    "expected a text file")
+    assert line == (
+        f"Error: {tmp_path / 'corpus.train.en'}: is a directory, "
+        "expected a text file"
+    )
 
 
 def test_missing_eval_split_is_found_before_training(tmp_path):
@@ -77,10 +98,14 @@ def test_missing_eval_split_is_found_before_training(tmp_path):
     training, not after it."""
     _corpus(tmp_path / "corpus", "a b\nc d\n", "x y\nz w\n")
     model_dir = tmp_path / "run"
-    status, line = _main("--hparams=tiny", f"--model_dir={model_dir}",
-                         f"--dataset=textfiles:{tmp_path / 'corpus'}",
-                         "--source_language=en", "--target_language=de",
-                         "--mode=all")
+    status, line = _main(
+        "--hparams=tiny",
+        f"--model_dir={model_dir}",
+        f"--dataset=textfiles:{tmp_path / 'corpus'}",
+        "--source_language=en",
+        "--target_language=de",
+        "--mode=all",
+    )
     assert status == 1
     assert "No parallel text files for split 'test'" in line
     assert "--eval_split=validation" in line
@@ -93,24 +118,38 @@ def test_multi30k_files_that_are_not_gzip_are_named(tmp_path):
     for split in ("train", "val", "test_2016_flickr"):
         for lang in ("en", "de"):
             (manual / f"{split}.{lang}.gz").write_bytes(b"not gzip\n")
-    status, line = _main("--hparams=tiny", f"--model_dir={tmp_path / 'run'}",
-                         "--dataset=multi30k", f"--manual_dir={manual}",
-                         f"--data_dir={tmp_path / 'tfds'}")
+    status, line = _main(
+        "--hparams=tiny",
+        f"--model_dir={tmp_path / 'run'}",
+        "--dataset=multi30k",
+        f"--manual_dir={manual}",
+        f"--data_dir={tmp_path / 'tfds'}",
+    )
     assert status == 1
-    assert re.search(rf"{manual}/\w+\.(en|de)\.gz: is not a whole gzip "
-                     "file", line), line
+    assert re.search(
+        rf"{manual}/\w+\.(en|de)\.gz: is not a whole gzip "
+        "file",
+        line,
+    ), line
     assert not (tmp_path / "run").exists()
 
 
 def test_a_vocabulary_the_corpus_cannot_support_writes_nothing(tmp_path):
     letters = "".join(chr(c) for c in range(ord("a"), ord("z") + 1))
-    _corpus(tmp_path / "corpus", f"{letters}\n{letters.upper()}\n",
-            f"{letters}\n{letters}\n")
+    _corpus(
+        tmp_path / "corpus",
+        f"{letters}\n{letters.upper()}\n",
+        f"{letters}\n{letters}\n",
+    )
     model_dir = tmp_path / "run"
-    status, line = _main("--hparams=tiny", f"--model_dir={model_dir}",
-                         "--hparams_overrides=vocab_size=10",
-                         f"--dataset=textfiles:{tmp_path / 'corpus'}",
-                         "--source_language=en", "--target_language=de")
+    status, line = _main(
+        "--hparams=tiny",
+        f"--model_dir={model_dir}",
+        "--hparams_overrides=vocab_size=10",
+        f"--dataset=textfiles:{tmp_path / 'corpus'}",
+        "--source_language=en",
+        "--target_language=de",
+    )
     assert status == 1
     assert "`vocab_size`, expected at least" in line
     assert not model_dir.exists()
@@ -118,8 +157,11 @@ def test_a_vocabulary_the_corpus_cannot_support_writes_nothing(tmp_path):
 
 def test_hparams_that_cannot_fit_in_memory_are_refused(tmp_path):
     model_dir = tmp_path / "run"
-    status, line = _main("--hparams=tiny", f"--model_dir={model_dir}",
-                         "--hparams_overrides=num_layers=1000000000")
+    status, line = _main(
+        "--hparams=tiny",
+        f"--model_dir={model_dir}",
+        "--hparams_overrides=num_layers=1000000000",
+    )
     assert status == 1
     assert line.startswith("Error: Training these hparams needs about ")
     assert "GiB" in line and "Lower tokens_per_batch" in line
@@ -129,11 +171,14 @@ def test_hparams_that_cannot_fit_in_memory_are_refused(tmp_path):
 def test_the_model_dir_is_a_file(tmp_path):
     path = tmp_path / "run"
     path.write_text("x")
-    status, line = _main("--hparams=tiny", f"--model_dir={path}",
-                         "--train_steps=1")
+    status, line = _main(
+        "--hparams=tiny", f"--model_dir={path}", "--train_steps=1"
+    )
     assert status == 1
-    assert line == (f"Error: {path}: is a file, expected a model directory "
-                    "(choose another --model_dir)")
+    assert line == (
+        f"Error: {path}: is a file, expected a model directory "
+        "(choose another --model_dir)"
+    )
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
@@ -149,8 +194,13 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
 
 def test_a_huge_override_is_cut_in_the_message(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        train._parse_flags(["train.py", "--hparams=tiny",
-                            "--hparams_overrides=num_layers=" + "9" * 5000])
+        train._parse_flags(
+            [
+                "train.py",
+                "--hparams=tiny",
+                "--hparams_overrides=num_layers=" + "9" * 5000,
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < 1000
@@ -165,11 +215,12 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, monkeypatch):
     monkeypatch.setattr(training, "train_prepared", broken)
     status, line = _main("--hparams=tiny", f"--model_dir={tmp_path}")
     assert status == 1
-    assert line == ("Error: unexpected RuntimeError: something internal "
-                    "(rerun with --debug for the traceback)")
+    assert line == (
+        "Error: unexpected RuntimeError: something internal "
+        "(rerun with --debug for the traceback)"
+    )
     FLAGS.unparse_flags()
-    FLAGS(["train.py", "--hparams=tiny", f"--model_dir={tmp_path}",
-           "--debug"])
+    FLAGS(["train.py", "--hparams=tiny", f"--model_dir={tmp_path}", "--debug"])
     with pytest.raises(RuntimeError, match="something internal"):
         train.main(["train.py"])
 
@@ -177,14 +228,24 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_a_bad_flag_prints_one_line_not_the_help(tmp_path):
     out = subprocess.run(
-        [sys.executable, "train.py", "--hparams=tiny", "--mode=dance",
-         f"--model_dir={tmp_path / 'run'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "train.py",
+            "--hparams=tiny",
+            "--mode=dance",
+            f"--model_dir={tmp_path / 'run'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "Error: flag --mode=dance: value should be one of "
         "<train|eval|export|all> (python train.py --helpfull lists the "
-        "flags)"]
+        "flags)"
+    ]
     assert not (tmp_path / "run").exists()
 
 
@@ -196,8 +257,9 @@ def _oversized_from_the_second_step(loss):
     def wasteful(*args, **kwargs):
         total, count = loss(*args, **kwargs)
         runs.assign_add(1)
-        size = tf.where(runs > 1, tf.constant(2**40, tf.int64),
-                        tf.constant(1, tf.int64))
+        size = tf.where(
+            runs > 1, tf.constant(2**40, tf.int64), tf.constant(1, tf.int64)
+        )
         waste = tf.reduce_sum(tf.zeros(tf.reshape(size, [1]), total.dtype))
         return total + 0.0 * waste, count
 
@@ -206,23 +268,33 @@ def _oversized_from_the_second_step(loss):
 
 @pytest.mark.slow
 def test_out_of_memory_is_one_line_and_keeps_the_last_checkpoint(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     model_dir = tmp_path / "run"
-    tiny = ("--hparams=tiny", f"--model_dir={model_dir}",
-            "--hparams_overrides=num_layers=1,checkpoint_every_steps=2")
+    tiny = (
+        "--hparams=tiny",
+        f"--model_dir={model_dir}",
+        "--hparams_overrides=num_layers=1,checkpoint_every_steps=2",
+    )
     status, _ = _main(*tiny, "--train_steps=4")
     assert status == 0
     loss = losses.smoothed_cross_entropy_sum
-    monkeypatch.setattr(losses, "smoothed_cross_entropy_sum",
-                        _oversized_from_the_second_step(loss))
+    monkeypatch.setattr(
+        losses,
+        "smoothed_cross_entropy_sum",
+        _oversized_from_the_second_step(loss),
+    )
     status, line = _main(*tiny, "--train_steps=8")
     assert status == 1 and "\n" not in line
     assert line.startswith(
         "Error: out of memory while training (a tensor of shape "
         "[1099511627776] did not fit): lower batch_size (now 64), e.g. "
-        "--hparams_overrides=batch_size=32, or max_train_length (now ")
-    assert "run the same command again (it resumes from ckpt-4, which is " \
+        "--hparams_overrides=batch_size=32, or max_train_length (now "
+    )
+    assert (
+        "run the same command again (it resumes from ckpt-4, which is "
         "kept)" in line
+    )
     # Step 5 ran, step 6 did not fit: nothing was saved after ckpt-4, which
     # still restores whole.
     assert checkpoints.step_of(checkpoints.latest(str(model_dir))) == 4
@@ -230,27 +302,36 @@ def test_out_of_memory_is_one_line_and_keeps_the_last_checkpoint(
     assert model.count_params() > 0
     # As the message says: a smaller batch resumes from there.
     monkeypatch.setattr(losses, "smoothed_cross_entropy_sum", loss)
-    status, _ = _main(*tiny[:2], "--hparams_overrides=num_layers=1,"
-                      "checkpoint_every_steps=2,batch_size=32",
-                      "--train_steps=6")
+    status, _ = _main(
+        *tiny[:2],
+        "--hparams_overrides=num_layers=1,"
+        "checkpoint_every_steps=2,batch_size=32",
+        "--train_steps=6",
+    )
     assert status == 0
     assert checkpoints.step_of(checkpoints.latest(str(model_dir))) == 6
     assert run_dir.load_saved_hparams(str(model_dir)).batch_size == 32
     # Out of memory while evaluating or exporting: one line, nothing
     # replaced.
     for patched, name, mode, what in (
-            (evaluation, "evaluate", "eval", "translating the test split"),
-            (export, "export_translator", "export", "exporting")):
+        (evaluation, "evaluate", "eval", "translating the test split"),
+        (export, "export_translator", "export", "exporting"),
+    ):
         monkeypatch.setattr(patched, name, _raises_out_of_memory)
         status, line = _main(f"--model_dir={model_dir}", f"--mode={mode}")
         assert status == 1 and "\n" not in line
-        assert line.startswith(f"Error: out of memory while {what} (a "
-                               "tensor of shape [64, 4, 70, 8000] did not "
-                               "fit): "), line
+        assert line.startswith(
+            f"Error: out of memory while {what} (a "
+            "tensor of shape [64, 4, 70, 8000] did not "
+            "fit): "
+        ), line
     assert not (model_dir / "export").exists()
 
 
 def _raises_out_of_memory(*args, **kwargs):
     raise tf.errors.ResourceExhaustedError(
-        None, None, "Graph execution error:\n\nOOM when allocating tensor "
-        "with shape[64,4,70,8000] and type float")
+        None,
+        None,
+        "Graph execution error:\n\nOOM when allocating tensor "
+        "with shape[64,4,70,8000] and type float",
+    )

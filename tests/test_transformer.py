@@ -1,6 +1,6 @@
 """Tests of tfattn.Transformer: the (source, target_in) -> logits model.
 
-References: REFERENCE_SPEC §1.7 / §2.9 / §5 (parameter counts computed here
+References: docs/reference.md §1.7 / §2.9 / §5 (parameter counts computed here
 from the spec's shapes), end-to-end NumPy compositions of
 tests/reference_numpy.py for both reference flavours, and invariants
 (caching, causality, padding, greedy == beam 1 == naive uncached greedy).
@@ -19,29 +19,39 @@ import tfattn
 from tests import reference_numpy as ref
 from tfattn.models.transformer import BOS_ID
 from tfattn.models.transformer import EOS_ID
+from tests.harness import SETUPS
 from tests.harness import dense_params as _dense
 from tests.harness import norm_params as _ln
 
 # A one-token prefix gives keras' "softmax over an axis of size 1" warning.
-pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:You are using a softmax over axis"
+)
 
 V, C, H, F, N, L = 13, 8, 2, 16, 2, 8
-SETUPS = [  # (flavor, normalize_first)
-    ("paper", False),
-    ("paper", True),
-    ("reference_2017", False),
-    ("reference_2019", False),
-]
 SOURCE = np.array([[4, 5, 6, 7, 0], [8, 9, 10, 11, 12]], "int32")
 TARGET_IN = np.array([[BOS_ID, 5, 6, 9, 0], [BOS_ID, 4, 7, 7, 11]], "int32")
 
 
-def _model(flavor="reference_2019", normalize_first=False, randomize=True,
-           num_layers=N, num_units=C, **kwargs):
+def _model(
+    flavor="reference_2019",
+    normalize_first=False,
+    randomize=True,
+    num_layers=N,
+    num_units=C,
+    **kwargs,
+):
     kwargs.setdefault("dropout_rate", 0.0)
     model = tfattn.Transformer(
-        V, num_layers=num_layers, num_units=num_units, num_heads=H, ffn_units=F,
-        flavor=flavor, normalize_first=normalize_first, max_length=L, **kwargs,
+        V,
+        num_layers=num_layers,
+        num_units=num_units,
+        num_heads=H,
+        ffn_units=F,
+        flavor=flavor,
+        normalize_first=normalize_first,
+        max_length=L,
+        **kwargs,
     )
     model((SOURCE, TARGET_IN))
     if randomize:
@@ -56,7 +66,7 @@ def _np(x):
 
 
 # --------------------------------------------------------------------------
-# Parameter counts (REFERENCE_SPEC §1.4, §1.5, §1.7, §2.5, §2.6, §2.9, §5).
+# Parameter counts (docs/reference.md §1.4, §1.5, §1.7, §2.5, §2.6, §2.9, §5).
 
 
 def _attention_count(c, bias=True):
@@ -80,11 +90,17 @@ def test_spec_sublayer_counts_at_width_512(reference_2019_defaults):
     assert _ff_ln_count(512, 2048) == 2_100_736
     enc = reference_2019_defaults.encoder.blocks[0]
     dec = reference_2019_defaults.decoder.blocks[5]
-    for attention in (enc.self_attention, dec.self_attention, dec.cross_attention):
+    for attention in (
+        enc.self_attention,
+        dec.self_attention,
+        dec.cross_attention,
+    ):
         assert attention.count_params() == 788_992
     for block in (enc, dec):
-        assert (block.feed_forward.count_params()
-                + block.feed_forward_layer_norm.count_params()) == 2_100_736
+        assert (
+            block.feed_forward.count_params()
+            + block.feed_forward_layer_norm.count_params()
+        ) == 2_100_736
 
 
 def test_reference_2019_default_count(reference_2019_defaults):
@@ -100,13 +116,26 @@ def test_reference_2017_count_from_the_spec_shapes():
     # [T, C] positional tables, 2017 attention (with bias), FF + LN,
     # untied output Dense(V_t) with bias. Width and depth reduced.
     v_s, v_t, c, f, n, maxlen = 30, 40, 32, 64, 2, 10
-    model = tfattn.Transformer(v_s, v_t, num_layers=n, num_units=c, num_heads=4,
-                               ffn_units=f, flavor="reference_2017", max_length=maxlen)
+    model = tfattn.Transformer(
+        v_s,
+        v_t,
+        num_layers=n,
+        num_units=c,
+        num_heads=4,
+        ffn_units=f,
+        flavor="reference_2017",
+        max_length=maxlen,
+    )
     model.build(((1, 3), (1, 3)))
-    want = (v_s * c + v_t * c + 2 * maxlen * c
-            + n * (_attention_count(c) + _ff_ln_count(c, f))
-            + n * (2 * _attention_count(c) + _ff_ln_count(c, f))
-            + c * v_t + v_t)
+    want = (
+        v_s * c
+        + v_t * c
+        + 2 * maxlen * c
+        + n * (_attention_count(c) + _ff_ln_count(c, f))
+        + n * (2 * _attention_count(c) + _ff_ln_count(c, f))
+        + c * v_t
+        + v_t
+    )
     assert model.count_params() == want == 40_616
 
 
@@ -117,8 +146,13 @@ def test_paper_pre_norm_count():
     attention = 4 * (C * C + C)
     ff = (C * F + F) + (F * C + C)
     ln = 2 * C
-    want = (V * C + N * (attention + ff + 2 * ln) + ln
-            + N * (2 * attention + ff + 3 * ln) + ln)
+    want = (
+        V * C
+        + N * (attention + ff + 2 * ln)
+        + ln
+        + N * (2 * attention + ff + 3 * ln)
+        + ln
+    )
     assert model.count_params() == want
 
 
@@ -130,7 +164,9 @@ def test_reference_2019_one_embedding_variable_used_three_times():
     model = _model("reference_2019", num_layers=1)
     assert model.source_embedding is model.target_embedding
     assert model.output_dense is None
-    tables = [w for w in model.weights if w.path.endswith("embedding/embeddings")]
+    tables = [
+        w for w in model.weights if w.path.endswith("embedding/embeddings")
+    ]
     assert len(tables) == 1
     table = tables[0]
     # Gradients reach the table from the source (ids 8..12 only there), the
@@ -139,8 +175,12 @@ def test_reference_2019_one_embedding_variable_used_three_times():
     target_in = np.array([[BOS_ID, BOS_ID, BOS_ID]], "int32")
     with tf.GradientTape() as tape:
         logits = model((source, target_in))
-        loss = tf.reduce_sum(logits * np.random.default_rng(0).normal(
-            size=logits.shape).astype("float32"))
+        loss = tf.reduce_sum(
+            logits
+            * np.random.default_rng(0)
+            .normal(size=logits.shape)
+            .astype("float32")
+        )
     grad = tf.convert_to_tensor(tape.gradient(loss, table.value))
     row_norms = np.abs(_np(grad)).sum(-1)
     assert row_norms[0] == 0.0  # the padding row: constant zeros everywhere
@@ -150,8 +190,16 @@ def test_reference_2019_one_embedding_variable_used_three_times():
 
 
 def test_reference_2017_separate_embeddings_and_untied_output_with_bias():
-    model = tfattn.Transformer(V, V + 4, num_layers=1, num_units=C, num_heads=H,
-                               ffn_units=F, flavor="reference_2017", max_length=L)
+    model = tfattn.Transformer(
+        V,
+        V + 4,
+        num_layers=1,
+        num_units=C,
+        num_heads=H,
+        ffn_units=F,
+        flavor="reference_2017",
+        max_length=L,
+    )
     model((SOURCE, TARGET_IN))
     assert model.source_embedding is not model.target_embedding
     assert tuple(model.source_embedding.embeddings.shape) == (V, C)
@@ -172,8 +220,12 @@ def test_reference_2019_embedding_stage_golden_values():
     ids = np.array([[5, 5, 0]], "int32")
     x = _np(model.source_positions(model.source_embedding(ids)))
     golden = [0.841471, 0.540302, 0.099833, 0.995004, 0.01, 0.99995, 0.001, 1.0]
-    np.testing.assert_allclose(x[0, 0], math.sqrt(C) + np.array([0, 1] * 4), atol=1e-6)
-    np.testing.assert_allclose(x[0, 1], math.sqrt(C) + np.array(golden), atol=1e-5)
+    np.testing.assert_allclose(
+        x[0, 0], math.sqrt(C) + np.array([0, 1] * 4), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        x[0, 1], math.sqrt(C) + np.array(golden), atol=1e-5
+    )
     np.testing.assert_array_equal(x[0, 2], np.zeros(C))
 
 
@@ -183,19 +235,26 @@ def test_reference_2019_embedding_stage_golden_values():
 
 def _attention_params(attention):
     params = {}
-    for key, dense in (("q", attention.query_dense), ("k", attention.key_dense),
-                       ("v", attention.value_dense)):
+    for key, dense in (
+        ("q", attention.query_dense),
+        ("k", attention.key_dense),
+        ("v", attention.value_dense),
+    ):
         params["w" + key], params["b" + key] = _dense(dense)
     params["gamma"], params["beta"] = _ln(attention.layer_norm)
     return params
 
 
 def _block_params(block):
-    (w1, b1), (w2, b2) = (_dense(block.feed_forward.inner_dense),
-                          _dense(block.feed_forward.outer_dense))
+    (w1, b1), (w2, b2) = (
+        _dense(block.feed_forward.inner_dense),
+        _dense(block.feed_forward.outer_dense),
+    )
     gamma, beta = _ln(block.feed_forward_layer_norm)
-    params = {"self": _attention_params(block.self_attention),
-              "ffn": dict(w1=w1, b1=b1, w2=w2, b2=b2, gamma=gamma, beta=beta)}
+    params = {
+        "self": _attention_params(block.self_attention),
+        "ffn": dict(w1=w1, b1=b1, w2=w2, b2=b2, gamma=gamma, beta=beta),
+    }
     if getattr(block, "cross_attention", None) is not None:
         params["cross"] = _attention_params(block.cross_attention)
     return params
@@ -204,8 +263,10 @@ def _block_params(block):
 def reference_params(model):
     """A reference-flavour model's weights in tests/reference_numpy's
     whole-model layout."""
-    params = {"encoder": [_block_params(b) for b in model.encoder.blocks],
-              "decoder": [_block_params(b) for b in model.decoder.blocks]}
+    params = {
+        "encoder": [_block_params(b) for b in model.encoder.blocks],
+        "decoder": [_block_params(b) for b in model.decoder.blocks],
+    }
     if model.flavor == "reference_2019":
         params["embeddings"] = model.source_embedding.embeddings.numpy()
         return params
@@ -213,49 +274,75 @@ def reference_params(model):
         source_embeddings=model.source_embedding.embeddings.numpy(),
         target_embeddings=model.target_embedding.embeddings.numpy(),
         source_positions=model.source_positions.embeddings.numpy(),
-        target_positions=model.target_positions.embeddings.numpy())
+        target_positions=model.target_positions.embeddings.numpy(),
+    )
     params["output_kernel"], params["output_bias"] = _dense(model.output_dense)
     return params
 
 
 def test_reference_2019_matches_numpy_model():
     model = _model("reference_2019")
-    want = ref.transformer_reference_2019(reference_params(model), SOURCE,
-                                          TARGET_IN, H)
-    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5)
+    want = ref.transformer_reference_2019(
+        reference_params(model), SOURCE, TARGET_IN, H
+    )
+    np.testing.assert_allclose(
+        model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5
+    )
 
 
 def test_reference_2017_matches_numpy_model():
-    model = tfattn.Transformer(V, V + 4, num_layers=N, num_units=C, num_heads=H,
-                               ffn_units=F, flavor="reference_2017", max_length=L,
-                               dropout_rate=0.0)
+    model = tfattn.Transformer(
+        V,
+        V + 4,
+        num_layers=N,
+        num_units=C,
+        num_heads=H,
+        ffn_units=F,
+        flavor="reference_2017",
+        max_length=L,
+        dropout_rate=0.0,
+    )
     model((SOURCE, TARGET_IN))
     rng = np.random.default_rng(2)
     for w in model.weights:
         w.assign(0.4 * rng.normal(size=w.shape).astype("float32"))
-    want = ref.transformer_reference_2017(reference_params(model), SOURCE,
-                                          TARGET_IN, H)
-    np.testing.assert_allclose(model((SOURCE, TARGET_IN)), want,
-                               atol=1e-4, rtol=1e-5)
+    want = ref.transformer_reference_2017(
+        reference_params(model), SOURCE, TARGET_IN, H
+    )
+    np.testing.assert_allclose(
+        model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
 def test_reference_dropout_only_after_the_embedding_and_on_attention(flavor):
-    model = _model(flavor, dropout_rate=0.5, attention_dropout_rate=0.0, num_layers=1)
+    model = _model(
+        flavor, dropout_rate=0.5, attention_dropout_rate=0.0, num_layers=1
+    )
     for block in model.encoder.blocks + model.decoder.blocks:
         assert not hasattr(block, "feed_forward_dropout")
         assert not hasattr(block, "self_attention_dropout")
     inputs = (SOURCE, TARGET_IN)
-    assert np.abs(_np(model(inputs, training=True)) - _np(model(inputs))).max() > 1e-3
+    assert (
+        np.abs(_np(model(inputs, training=True)) - _np(model(inputs))).max()
+        > 1e-3
+    )
     model.embedding_dropout.rate = 0.0  # the one dropout site left
-    np.testing.assert_allclose(model(inputs, training=True), model(inputs), atol=1e-5)
+    np.testing.assert_allclose(
+        model(inputs, training=True), model(inputs), atol=1e-5
+    )
 
 
 def test_paper_has_residual_dropout():
-    model = _model("paper", dropout_rate=0.5, attention_dropout_rate=0.0, num_layers=1)
+    model = _model(
+        "paper", dropout_rate=0.5, attention_dropout_rate=0.0, num_layers=1
+    )
     model.embedding_dropout.rate = 0.0
     inputs = (SOURCE, TARGET_IN)
-    assert np.abs(_np(model(inputs, training=True)) - _np(model(inputs))).max() > 1e-3
+    assert (
+        np.abs(_np(model(inputs, training=True)) - _np(model(inputs))).max()
+        > 1e-3
+    )
 
 
 # --------------------------------------------------------------------------
@@ -263,16 +350,24 @@ def test_paper_has_residual_dropout():
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
-def test_cached_decode_step_equals_decode_on_the_prefix(flavor, normalize_first):
+def test_cached_decode_step_equals_decode_on_the_prefix(
+    flavor, normalize_first
+):
     model = _model(flavor, normalize_first)
     memory, keep = model.encode(SOURCE)
     cache = model.init_decode_cache(memory, keep, L)
     for t in range(TARGET_IN.shape[1]):
-        step_logits, cache = model.decode_step(TARGET_IN[:, t], tf.constant(t), cache)
+        step_logits, cache = model.decode_step(
+            TARGET_IN[:, t], tf.constant(t), cache
+        )
         prefix_logits = model.decode(TARGET_IN[:, : t + 1], memory, keep)[:, -1]
         # decode_step masks the pad id (column 0) so that searches skip it.
-        np.testing.assert_allclose(_np(step_logits)[:, 1:], _np(prefix_logits)[:, 1:],
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            _np(step_logits)[:, 1:],
+            _np(prefix_logits)[:, 1:],
+            atol=1e-5,
+            rtol=0,
+        )
         assert np.all(_np(step_logits)[:, 0] <= -1e8)
 
 
@@ -295,13 +390,22 @@ def _naive_greedy(model, source, steps):
 def test_beam_size_1_equals_greedy(flavor):
     model = _model(flavor, num_layers=1)
     steps = 6
-    greedy_ids, greedy_scores = model.generate(SOURCE, beam_size=1, max_length=steps)
-    np.testing.assert_array_equal(greedy_ids, _naive_greedy(model, SOURCE, steps))
+    greedy_ids, greedy_scores = model.generate(
+        SOURCE, beam_size=1, max_length=steps
+    )
+    np.testing.assert_array_equal(
+        greedy_ids, _naive_greedy(model, SOURCE, steps)
+    )
     memory, keep = model.encode(SOURCE)
     cache = model.init_decode_cache(memory, keep, steps)
     beam_ids, beam_scores = tfattn.decoding.beam_search(
-        model.decode_step, tf.fill([2], BOS_ID), cache, steps, EOS_ID,
-        beam_size=1, alpha=0.0,
+        model.decode_step,
+        tf.fill([2], BOS_ID),
+        cache,
+        steps,
+        EOS_ID,
+        beam_size=1,
+        alpha=0.0,
     )
     np.testing.assert_array_equal(beam_ids, greedy_ids)
     np.testing.assert_allclose(beam_scores, greedy_scores, atol=1e-5)
@@ -312,37 +416,54 @@ def test_source_padding_does_not_change_logits(flavor, normalize_first):
     # The 2017 flavour finds padding from zero rows; its pad rows stay zero
     # only while every bias and LN beta is 0 (at initialisation), as in the
     # reference (§1.7: deeper masks stop firing after training).
-    model = _model(flavor, normalize_first, randomize=flavor != "reference_2017",
-                   num_layers=1)
+    model = _model(
+        flavor,
+        normalize_first,
+        randomize=flavor != "reference_2017",
+        num_layers=1,
+    )
     padded = np.concatenate([SOURCE, np.zeros((2, 3), "int32")], axis=1)
-    np.testing.assert_allclose(model((padded, TARGET_IN)), model((SOURCE, TARGET_IN)),
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        model((padded, TARGET_IN)),
+        model((SOURCE, TARGET_IN)),
+        atol=1e-5,
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
-def test_future_target_tokens_do_not_change_earlier_logits(flavor, normalize_first):
+def test_future_target_tokens_do_not_change_earlier_logits(
+    flavor, normalize_first
+):
     model = _model(flavor, normalize_first, num_layers=1)
     base = _np(model((SOURCE, TARGET_IN)))
     for t in (0, 2):  # tokens after t change
         changed = TARGET_IN.copy()
-        changed[:, t + 1:] = np.random.default_rng(t).integers(1, V, changed[:, t + 1:].shape)
+        changed[:, t + 1 :] = np.random.default_rng(t).integers(
+            1, V, changed[:, t + 1 :].shape
+        )
         out = _np(model((SOURCE, changed)))
-        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=0
+        )
 
 
 def test_dict_and_tuple_inputs_agree():
     model = _model("paper", num_layers=1)
     np.testing.assert_array_equal(
-        model({"source": SOURCE, "target_in": TARGET_IN}), model((SOURCE, TARGET_IN)))
+        model({"source": SOURCE, "target_in": TARGET_IN}),
+        model((SOURCE, TARGET_IN)),
+    )
 
 
 # --------------------------------------------------------------------------
 # Saving and compilation.
 
 
-@pytest.mark.parametrize("flavor,normalize_first", [("paper", True),
-                                                    ("reference_2017", False),
-                                                    ("reference_2019", False)])
+@pytest.mark.parametrize(
+    "flavor,normalize_first",
+    [("paper", True), ("reference_2017", False), ("reference_2019", False)],
+)
 def test_keras_file_round_trip(flavor, normalize_first):
     model = _model(flavor, normalize_first, num_layers=1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -351,9 +472,12 @@ def test_keras_file_round_trip(flavor, normalize_first):
         loaded = keras.saving.load_model(path)
     assert isinstance(loaded, tfattn.Transformer)
     assert loaded.get_config() == model.get_config()
-    np.testing.assert_array_equal(loaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
+    np.testing.assert_array_equal(
+        loaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN))
+    )
     assert (loaded.source_embedding is loaded.target_embedding) == (
-        model.source_embedding is model.target_embedding)
+        model.source_embedding is model.target_embedding
+    )
     assert len(loaded.weights) == len(model.weights)
 
 
@@ -362,12 +486,15 @@ def test_generate_compiles_once_per_shape_under_jit():
     # One XLA compilation (several seconds on CPU): beam search, the larger
     # graph; greedy decoding runs the same kind of loop.
     model = _model("reference_2019", num_layers=1)
-    fn = tf.function(lambda s: model.generate(s, beam_size=2, max_length=5),
-                     jit_compile=True)
+    fn = tf.function(
+        lambda s: model.generate(s, beam_size=2, max_length=5), jit_compile=True
+    )
     other = np.array([[5, 4, 3, 2, 1], [9, 9, 0, 0, 0]], "int32")
     for source in (SOURCE, other):
         ids, scores = fn(tf.constant(source))
-        want_ids, want_scores = model.generate(source, beam_size=2, max_length=5)
+        want_ids, want_scores = model.generate(
+            source, beam_size=2, max_length=5
+        )
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_allclose(scores, want_scores, atol=1e-4)
         assert tuple(ids.shape) == (2, 5)
@@ -384,7 +511,9 @@ def small():
 
 
 def test_ids_of_the_wrong_dtype(small):
-    with pytest.raises(ValueError, match=r"`source`.*dtype float32 and shape \(2, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"`source`.*dtype float32 and shape \(2, 5\)"
+    ):
         small((SOURCE.astype("float32"), TARGET_IN))
     with pytest.raises(ValueError, match=r"`target_in`.*dtype float32"):
         small((SOURCE, TARGET_IN.astype("float32")))
@@ -393,29 +522,42 @@ def test_ids_of_the_wrong_dtype(small):
 
 
 def test_ids_of_the_wrong_rank(small):
-    with pytest.raises(ValueError, match=r"`source`.*shape \[B, T\].*shape \(5,\)"):
+    with pytest.raises(
+        ValueError, match=r"`source`.*shape \[B, T\].*shape \(5,\)"
+    ):
         small((SOURCE[0], TARGET_IN))
     with pytest.raises(ValueError, match=r"`target_in`.*shape \(2, 5, 1\)"):
         small((SOURCE, TARGET_IN[..., None]))
 
 
 def test_source_and_target_batch_mismatch(small):
-    with pytest.raises(ValueError, match=r"`target_in`.*same batch size as `source` "
-                                         r"\(2\).*shape \(1, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`target_in`.*same batch size as `source` "
+        r"\(2\).*shape \(1, 5\)",
+    ):
         small((SOURCE, TARGET_IN[:1]))
 
 
 def test_sequences_longer_than_the_positional_table(small):
     too_long = np.ones((2, L + 1), "int32")
-    with pytest.raises(ValueError, match=rf"`target_in`.*max_length={L}.*shape \(2, 9\)"):
+    with pytest.raises(
+        ValueError, match=rf"`target_in`.*max_length={L}.*shape \(2, 9\)"
+    ):
         small((SOURCE, too_long))
-    with pytest.raises(ValueError, match=rf"`source`.*max_length={L}.*shape \(2, 9\)"):
+    with pytest.raises(
+        ValueError, match=rf"`source`.*max_length={L}.*shape \(2, 9\)"
+    ):
         small((too_long, TARGET_IN))
-    with pytest.raises(ValueError, match=r"`max_length`.*max_length>=9.*max_length=9"):
+    with pytest.raises(
+        ValueError, match=r"`max_length`.*max_length>=9.*max_length=9"
+    ):
         small.generate(SOURCE, max_length=L + 1)
 
 
-@pytest.mark.parametrize("flavor", ["paper", "reference_2017", "reference_2019"])
+@pytest.mark.parametrize(
+    "flavor", ["paper", "reference_2017", "reference_2019"]
+)
 def test_decode_step_passes_the_encoder_cache_through(flavor):
     """The projected encoder keys/values come back as the same tensors (so
     beam search never reorders them; `decoding._reorder_cache`), eagerly and
@@ -426,11 +568,25 @@ def test_decode_step_passes_the_encoder_cache_through(flavor):
         memory, keep = model.encode(SOURCE)
         cache = model.init_decode_cache(memory, keep, 4)
         _, new = model.decode_step(tf.fill([2], BOS_ID), tf.constant(0), cache)
-        return [(all(a is b for a, b in zip(tf.nest.flatten(old["cross"]),
-                                          tf.nest.flatten(now["cross"]))),
-                 any(a is b for a, b in zip(tf.nest.flatten(old["self"]),
-                                          tf.nest.flatten(now["self"]))))
-                for old, now in zip(cache, new)]
+        return [
+            (
+                all(
+                    a is b
+                    for a, b in zip(
+                        tf.nest.flatten(old["cross"]),
+                        tf.nest.flatten(now["cross"]),
+                    )
+                ),
+                any(
+                    a is b
+                    for a, b in zip(
+                        tf.nest.flatten(old["self"]),
+                        tf.nest.flatten(now["self"]),
+                    )
+                ),
+            )
+            for old, now in zip(cache, new)
+        ]
 
     assert flags() == [(True, False)] * 2
     seen = []
@@ -440,10 +596,14 @@ def test_decode_step_passes_the_encoder_cache_through(flavor):
 
 def test_cache_from_another_model_size(small):
     deeper = _model("reference_2019", randomize=False, num_layers=2)
-    wider = _model("reference_2019", randomize=False, num_layers=1, num_units=2 * C)
+    wider = _model(
+        "reference_2019", randomize=False, num_layers=1, num_units=2 * C
+    )
     step = tf.fill([2], BOS_ID)
-    for other, pattern in ((deeper, r"`cache`.*another model size.*2 entries"),
-                           (wider, r"`cache`.*another model size.*key shape")):
+    for other, pattern in (
+        (deeper, r"`cache`.*another model size.*2 entries"),
+        (wider, r"`cache`.*another model size.*key shape"),
+    ):
         memory, keep = other.encode(SOURCE)
         cache = other.init_decode_cache(memory, keep, 4)
         with pytest.raises(ValueError, match=pattern):
@@ -464,28 +624,50 @@ def test_max_length_below_one(small, max_length):
 
 @pytest.mark.parametrize("beam_size", [0, -1])
 def test_beam_size_below_one(small, beam_size):
-    with pytest.raises(ValueError, match=rf"`beam_size`.*beam_size={beam_size}"):
+    with pytest.raises(
+        ValueError, match=rf"`beam_size`.*beam_size={beam_size}"
+    ):
         small.generate(SOURCE, beam_size=beam_size)
 
 
 def test_bad_inputs_container(small):
-    with pytest.raises(ValueError, match=r"`inputs`.*'source'.*'target_in'.*'tgt'"):
+    with pytest.raises(
+        ValueError, match=r"`inputs`.*'source'.*'target_in'.*'tgt'"
+    ):
         small({"source": SOURCE, "tgt": TARGET_IN})
 
 
-@pytest.mark.parametrize("kwargs,pattern", [
-    (dict(flavor="t5"), r"`flavor`.*flavor='t5'"),
-    (dict(num_units=10, num_heads=4), r"`num_units`.*multiple of num_heads=4.*=10"),
-    (dict(target_vocab_size=20, share_embeddings=True),
-     r"`share_embeddings`.*differ \(13 and 20\).*share_embeddings=True"),
-    (dict(flavor="reference_2019", tie_output=False), r"`tie_output`.*tie_output=False"),
-    (dict(flavor="reference_2017", share_embeddings=True),
-     r"`share_embeddings`.*share_embeddings=True"),
-    (dict(flavor="reference_2017", normalize_first=True),
-     r"`normalize_first`.*normalize_first=True"),
-    (dict(num_layers=0), r"`num_layers`.*num_layers=0"),
-    (dict(source_vocab_size=0), r"`source_vocab_size`.*source_vocab_size=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        (dict(flavor="t5"), r"`flavor`.*flavor='t5'"),
+        (
+            dict(num_units=10, num_heads=4),
+            r"`num_units`.*multiple of num_heads=4.*=10",
+        ),
+        (
+            dict(target_vocab_size=20, share_embeddings=True),
+            r"`share_embeddings`.*differ \(13 and 20\).*share_embeddings=True",
+        ),
+        (
+            dict(flavor="reference_2019", tie_output=False),
+            r"`tie_output`.*tie_output=False",
+        ),
+        (
+            dict(flavor="reference_2017", share_embeddings=True),
+            r"`share_embeddings`.*share_embeddings=True",
+        ),
+        (
+            dict(flavor="reference_2017", normalize_first=True),
+            r"`normalize_first`.*normalize_first=True",
+        ),
+        (dict(num_layers=0), r"`num_layers`.*num_layers=0"),
+        (
+            dict(source_vocab_size=0),
+            r"`source_vocab_size`.*source_vocab_size=0",
+        ),
+    ],
+)
 def test_bad_constructor_arguments(kwargs, pattern):
     kwargs.setdefault("source_vocab_size", V)
     with pytest.raises(ValueError, match=pattern):
@@ -500,11 +682,15 @@ def _recorded_attention(model):
     """Wraps every MultiHeadAttention of `model` to record the weights it
     computes in a plain forward pass: {(kind, layer): weights}."""
     recorded = {}
-    pairs = [(("encoder", i), b.self_attention)
-             for i, b in enumerate(model.encoder.blocks)]
+    pairs = [
+        (("encoder", i), b.self_attention)
+        for i, b in enumerate(model.encoder.blocks)
+    ]
     for i, block in enumerate(model.decoder.blocks):
-        pairs += [(("decoder", i), block.self_attention),
-                  (("cross", i), block.cross_attention)]
+        pairs += [
+            (("decoder", i), block.self_attention),
+            (("cross", i), block.cross_attention),
+        ]
     for key, attention in pairs:
         original = attention.call
 
@@ -519,8 +705,9 @@ def _recorded_attention(model):
 
 
 @pytest.mark.parametrize("flavor, normalize_first", SETUPS)
-def test_returned_scores_are_those_of_each_attention_call(flavor,
-                                                          normalize_first):
+def test_returned_scores_are_those_of_each_attention_call(
+    flavor, normalize_first
+):
     model = _model(flavor, normalize_first)
     logits, scores = model((SOURCE, TARGET_IN), return_attention_scores=True)
     np.testing.assert_array_equal(logits, model((SOURCE, TARGET_IN)))
@@ -532,8 +719,9 @@ def test_returned_scores_are_those_of_each_attention_call(flavor,
         assert len(per_layer) == N
         for i, weights in enumerate(per_layer):
             assert weights.dtype == tf.float32
-            np.testing.assert_allclose(weights, recorded[(kind, i)],
-                                       atol=1e-7, rtol=0)
+            np.testing.assert_allclose(
+                weights, recorded[(kind, i)], atol=1e-7, rtol=0
+            )
 
 
 def test_score_shapes_and_masks():
@@ -544,8 +732,10 @@ def test_score_shapes_and_masks():
     for weights in scores["encoder"]:
         weights = _np(weights)
         assert weights.shape == (b, H, s, s)
-        assert np.all(weights[~real_source[:, None, None, :].repeat(
-            s, 2).repeat(H, 1)] == 0)
+        assert np.all(
+            weights[~real_source[:, None, None, :].repeat(s, 2).repeat(H, 1)]
+            == 0
+        )
     for weights in scores["decoder"]:
         weights = _np(weights)
         assert weights.shape == (b, H, t, t)
@@ -566,8 +756,9 @@ def test_stacks_and_blocks_return_scores_too():
     out, weights = encoder(x, padding_mask=keep, return_attention_scores=True)
     np.testing.assert_array_equal(out, encoder(x, padding_mask=keep))
     assert [tuple(w.shape) for w in weights] == [(2, H, 5, 5)] * 2
-    gpt = tfattn.Decoder(num_layers=2, num_heads=H, ffn_units=F,
-                         use_cross_attention=False)
+    gpt = tfattn.Decoder(
+        num_layers=2, num_heads=H, ffn_units=F, use_cross_attention=False
+    )
     out, weights = gpt(x, return_attention_scores=True)
     assert sorted(weights) == ["decoder"] and len(weights["decoder"]) == 2
     block = tfattn.DecoderBlock(num_heads=H, ffn_units=F)
@@ -576,24 +767,32 @@ def test_stacks_and_blocks_return_scores_too():
     assert tuple(weights["cross"].shape) == (2, H, 5, 4)
 
 
-@pytest.mark.parametrize("name, bad, value", [
-    ("source", np.array([[4, -1, 6]], "int32"), -1),
-    ("source", np.array([[4, V, 6]], "int32"), V),
-    ("target_in", np.array([[BOS_ID, V + 7]], "int64"), V + 7),
-])
-def test_ids_out_of_the_vocabulary_are_refused_at_the_door(small, name, bad,
-                                                            value):
+@pytest.mark.parametrize(
+    "name, bad, value",
+    [
+        ("source", np.array([[4, -1, 6]], "int32"), -1),
+        ("source", np.array([[4, V, 6]], "int32"), V),
+        ("target_in", np.array([[BOS_ID, V + 7]], "int64"), V + 7),
+    ],
+)
+def test_ids_out_of_the_vocabulary_are_refused_at_the_door(
+    small, name, bad, value
+):
     """Eagerly a ValueError naming the argument and the id; in a graph the
     same message from in-graph assertions (no raw GatherV2 error)."""
     source = bad if name == "source" else SOURCE[:1]
     target = bad if name == "target_in" else TARGET_IN[:1]
-    pattern = (rf"`{name}`, expected token ids in \[0, {V}\).*"
-               rf"<ids holding {value}>")
+    pattern = (
+        rf"`{name}`, expected token ids in \[0, {V}\).*"
+        rf"<ids holding {value}>"
+    )
     with pytest.raises(ValueError, match=pattern):
         small((source, target))
     graph = tf.function(lambda s, t: small((s, t)))
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=rf"`{name}`, expected token ids in \[0, {V}\)"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=rf"`{name}`, expected token ids in \[0, {V}\)",
+    ):
         graph(tf.constant(source), tf.constant(target))
     if name == "source":
         with pytest.raises(ValueError, match=pattern):
@@ -601,9 +800,11 @@ def test_ids_out_of_the_vocabulary_are_refused_at_the_door(small, name, bad,
 
 
 def test_generate_builds_a_model_never_called():
-    model = tfattn.Transformer(V, num_layers=1, num_units=C, num_heads=H,
-                               ffn_units=F, max_length=L)
+    model = tfattn.Transformer(
+        V, num_layers=1, num_units=C, num_heads=H, ffn_units=F, max_length=L
+    )
     assert not model.built
-    ids, scores = model.generate(tf.constant(SOURCE[:, :3]), beam_size=2,
-                                 max_length=4)
+    ids, scores = model.generate(
+        tf.constant(SOURCE[:, :3]), beam_size=2, max_length=4
+    )
     assert model.built and ids.shape == (2, 4) and scores.shape == (2,)

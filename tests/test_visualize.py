@@ -33,8 +33,9 @@ def _png_size(path):
 def trained(tmp_path_factory):
     """A model dir as train.py leaves it: tiny hparams, 40 steps."""
     model_dir = tmp_path_factory.mktemp("viz") / "run"
-    hp = config.parse_overrides(hparams.get("tiny"),
-                                "num_layers=2,num_heads=2,log_every_steps=20")
+    hp = config.parse_overrides(
+        hparams.get("tiny"), "num_layers=2,num_heads=2,log_every_steps=20"
+    )
     result = training.train(hp, "numbers", model_dir, steps=40, verbose=0)
     return str(model_dir), result
 
@@ -43,10 +44,12 @@ def test_plot_attention_writes_a_png_that_grows_with_the_heads(tmp_path):
     rng = np.random.default_rng(0)
     weights = rng.random((4, 3, 5)).astype("float32")
     queries, keys = ["a", "b", "c"], ["v", "w", "x", "y", "z"]
-    one = visualize.plot_attention(weights[0], queries, keys,
-                                   path=tmp_path / "one.png", title="one")
-    four = visualize.plot_attention(weights, queries, keys,
-                                    path=tmp_path / "four.png")
+    one = visualize.plot_attention(
+        weights[0], queries, keys, path=tmp_path / "one.png", title="one"
+    )
+    four = visualize.plot_attention(
+        weights, queries, keys, path=tmp_path / "four.png"
+    )
     assert len(four.axes) >= 4 and len(one.axes) == 1
     w1, h1 = _png_size(tmp_path / "one.png")
     w4, h4 = _png_size(tmp_path / "four.png")
@@ -54,30 +57,40 @@ def test_plot_attention_writes_a_png_that_grows_with_the_heads(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["four.png", "one.png"]
 
 
-@pytest.mark.parametrize("weights, queries, keys, message", [
-    (np.zeros((3, 5)), ["a", "b"], list("vwxyz"), "query_tokens"),
-    (np.zeros((3, 5)), ["a", "b", "c"], list("vwxy"), "key_tokens"),
-    (np.zeros((1, 1, 3, 5)), ["a", "b", "c"], list("vwxyz"), "weights"),
-    (np.zeros((3, 5)), "abc", list("vwxyz"), "query_tokens"),
-])
-def test_plot_attention_rejects_mismatched_shapes(weights, queries, keys,
-                                                  message, tmp_path):
+@pytest.mark.parametrize(
+    "weights, queries, keys, message",
+    [
+        (np.zeros((3, 5)), ["a", "b"], list("vwxyz"), "query_tokens"),
+        (np.zeros((3, 5)), ["a", "b", "c"], list("vwxy"), "key_tokens"),
+        (np.zeros((1, 1, 3, 5)), ["a", "b", "c"], list("vwxyz"), "weights"),
+        (np.zeros((3, 5)), "abc", list("vwxyz"), "query_tokens"),
+    ],
+)
+def test_plot_attention_rejects_mismatched_shapes(
+    weights, queries, keys, message, tmp_path
+):
     with pytest.raises(ValueError, match=f"argument `{message}`"):
-        visualize.plot_attention(weights, queries, keys,
-                                 path=tmp_path / "x.png")
+        visualize.plot_attention(
+            weights, queries, keys, path=tmp_path / "x.png"
+        )
     assert not os.listdir(tmp_path)
 
 
 @pytest.mark.slow
 def test_attention_maps_of_a_sentence(trained):
     model_dir, result = trained
-    maps = visualize.attention_maps(result.model, result.tokenizer, "4072",
-                                    **config.decoding_kwargs(result.hparams))
+    maps = visualize.attention_maps(
+        result.model,
+        result.tokenizer,
+        "4072",
+        **config.decoding_kwargs(result.hparams),
+    )
     s, t = len(maps.source_tokens), len(maps.target_tokens)
     assert maps.source_tokens[-1] == "</s>" and s >= 2 and t >= 1
     assert sorted(maps.scores) == ["cross", "decoder", "encoder"]
-    for kind, shape in dict(encoder=(2, s, s), decoder=(2, t, t),
-                            cross=(2, t, s)).items():
+    for kind, shape in dict(
+        encoder=(2, s, s), decoder=(2, t, t), cross=(2, t, s)
+    ).items():
         assert [w.shape for w in maps.scores[kind]] == [shape] * 2
         for w in maps.scores[kind]:
             np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
@@ -90,37 +103,51 @@ def test_attention_maps_of_a_sentence(trained):
 def test_cli_writes_the_page_the_pictures_and_the_scores(trained, tmp_path):
     model_dir, _ = trained
     out = tmp_path / "attention"
-    maps, paths = run_cli(model_dir, "4072", str(out), layers="1",
-                          heads="0")
+    maps, paths = run_cli(model_dir, "4072", str(out), layers="1", heads="0")
     names = sorted(os.listdir(out))
-    assert names == ["cross_layer1.png", "decoder_layer1.png",
-                     "encoder_layer1.png", "index.html", "scores.npz"]
+    assert names == [
+        "cross_layer1.png",
+        "decoder_layer1.png",
+        "encoder_layer1.png",
+        "index.html",
+        "scores.npz",
+    ]
     assert sorted(os.path.basename(p) for p in paths) == names
     with np.load(out / "scores.npz") as scores:
         assert scores["encoder_1"].shape[0] == 1  # One head kept.
-        np.testing.assert_allclose(scores["cross_1"],
-                                   maps.scores["cross"][1][[0]])
+        np.testing.assert_allclose(
+            scores["cross_1"], maps.scores["cross"][1][[0]]
+        )
         assert list(scores["source_tokens"]) == maps.source_tokens
     page = (out / "index.html").read_text(encoding="utf-8")
-    data = json.loads(re.search(
-        r'<script type="application/json" id="attn-data">(.*?)</script>',
-        page, re.S).group(1))
+    data = json.loads(
+        re.search(
+            r'<script type="application/json" id="attn-data">(.*?)</script>',
+            page,
+            re.S,
+        ).group(1)
+    )
     assert data["source"] == maps.source_tokens
     assert data["target"] == maps.target_tokens
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(text=" "), "--text is empty"),
-    (dict(layers="2"), r"--layers='2'.*valid: 0-1"),
-    (dict(heads="0,5"), r"--heads='0,5'.*valid: 0-1"),
-    (dict(layers="x"), "comma-separated integers"),
-])
-def test_cli_refuses_bad_input_and_writes_nothing(trained, tmp_path, kwargs,
-                                                  message):
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(text=" "), "--text is empty"),
+        (dict(layers="2"), r"--layers='2'.*valid: 0-1"),
+        (dict(heads="0,5"), r"--heads='0,5'.*valid: 0-1"),
+        (dict(layers="x"), "comma-separated integers"),
+    ],
+)
+def test_cli_refuses_bad_input_and_writes_nothing(
+    trained, tmp_path, kwargs, message
+):
     model_dir, _ = trained
-    arguments = dict(model_dir=model_dir, text="12",
-                     output_dir=str(tmp_path / "out"))
+    arguments = dict(
+        model_dir=model_dir, text="12", output_dir=str(tmp_path / "out")
+    )
     arguments.update(kwargs)
     with pytest.raises(ValueError, match=message):
         run_cli(**arguments)
@@ -142,18 +169,28 @@ def test_cli_refuses_an_output_file_and_an_untrained_dir(trained, tmp_path):
 @pytest.mark.slow
 def test_cli_as_a_program(trained, tmp_path):
     model_dir, _ = trained
-    command = [sys.executable, "-m", "tfattn.visualize",
-               f"--model_dir={model_dir}", "--text=315",
-               f"--output_dir={tmp_path / 'out'}"]
+    command = [
+        sys.executable,
+        "-m",
+        "tfattn.visualize",
+        f"--model_dir={model_dir}",
+        "--text=315",
+        f"--output_dir={tmp_path / 'out'}",
+    ]
     env = dict(os.environ, PYTHONPATH=REPO)
-    done = subprocess.run(command, capture_output=True, text=True,
-                          timeout=300, env=env, cwd=REPO)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Translation:" in done.stdout and "index.html" in done.stdout
-    bad = subprocess.run(command[:-1] + ["--layers=9",
-                                         f"--output_dir={tmp_path / 'b'}"],
-                         capture_output=True, text=True, timeout=300,
-                         env=env, cwd=REPO)
+    bad = subprocess.run(
+        command[:-1] + ["--layers=9", f"--output_dir={tmp_path / 'b'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=REPO,
+    )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "valid: 0-1" in bad.stderr and not (tmp_path / "b").exists()
 
@@ -163,7 +200,8 @@ def test_eval_images_in_tensorboard(trained, tmp_path):
     _, result = trained
     log_dir = tmp_path / "eval"
     count = visualize.write_attention_summaries(
-        result.model, result.tokenizer, ["12", "4072"], log_dir, step=40)
+        result.model, result.tokenizer, ["12", "4072"], log_dir, step=40
+    )
     assert count == 4
     tags = set()
     for event_file in tf.io.gfile.glob(str(log_dir / "events*")):
@@ -171,8 +209,11 @@ def test_eval_images_in_tensorboard(trained, tmp_path):
             for value in event.summary.value:
                 tags.add(value.tag)
                 assert event.step == 40
-    assert tags == {f"attention/{kind}/sentence_{i}"
-                    for kind in ("encoder", "cross") for i in (0, 1)}
+    assert tags == {
+        f"attention/{kind}/sentence_{i}"
+        for kind in ("encoder", "cross")
+        for i in (0, 1)
+    }
 
 
 @pytest.mark.slow
@@ -202,8 +243,9 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path):
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(ImportError, match=r"tfattn\[viz\]"):
-        visualize.plot_attention(np.ones((2, 2)), ["a", "b"], ["c", "d"],
-                                 path=tmp_path / "x.png")
+        visualize.plot_attention(
+            np.ones((2, 2)), ["a", "b"], ["c", "d"], path=tmp_path / "x.png"
+        )
     assert not os.listdir(tmp_path)
 
 

@@ -13,12 +13,20 @@ import tensorflow as tf
 
 from tfattn.visualize.html import write_html
 
-SOURCE = ["the", "animal", "didn't", "cross", "the", "street",
-          "</script><b>x&y\""]
+SOURCE = [
+    "the",
+    "animal",
+    "didn't",
+    "cross",
+    "the",
+    "street",
+    '</script><b>x&y"',
+]
 TARGET = ["das", "Tier", "@DATA@", "<s>"]
 S, T, H = len(SOURCE), len(TARGET), 3
 DATA_RE = re.compile(
-    r'<script type="application/json" id="attn-data">(.*?)</script>', re.S)
+    r'<script type="application/json" id="attn-data">(.*?)</script>', re.S
+)
 
 
 def softmax(shape, seed, causal=False):
@@ -32,8 +40,9 @@ def softmax(shape, seed, causal=False):
 def make_scores(layers=2):
     return {
         "encoder": [softmax((H, S, S), i) for i in range(layers)],
-        "decoder": [softmax((H, T, T), 10 + i, causal=True)
-                    for i in range(layers)],
+        "decoder": [
+            softmax((H, T, T), 10 + i, causal=True) for i in range(layers)
+        ],
         "cross": [softmax((H, T, S), 20 + i) for i in range(layers)],
     }
 
@@ -71,8 +80,9 @@ def test_batch_axis_and_tensors_give_the_same_page(tmp_path):
     scores = make_scores()
     plain = read(write_html(scores, SOURCE, TARGET, tmp_path / "a.html"))
     batched = {k: [a[None] for a in v] for k, v in scores.items()}
-    tensors = {k: [tf.constant(a, tf.float32) for a in v]
-               for k, v in batched.items()}
+    tensors = {
+        k: [tf.constant(a, tf.float32) for a in v] for k, v in batched.items()
+    }
     batched_path = write_html(batched, SOURCE, TARGET, tmp_path / "b.html")
     assert read(batched_path) == plain
     tensor_path = write_html(tensors, SOURCE, TARGET, tmp_path / "c.html")
@@ -84,24 +94,24 @@ def test_batch_axis_and_tensors_give_the_same_page(tmp_path):
 
 def test_only_present_kinds(tmp_path):
     scores = {"cross": make_scores()["cross"]}
-    data = embedded(read(write_html(scores, SOURCE, TARGET,
-                                    tmp_path / "x.html")))
+    data = embedded(
+        read(write_html(scores, SOURCE, TARGET, tmp_path / "x.html"))
+    )
     assert data["kinds"] == ["cross"] and list(data["weights"]) == ["cross"]
 
 
 def test_no_network_access(tmp_path):
-    text = read(write_html(make_scores(), SOURCE, TARGET,
-                           tmp_path / "a.html"))
-    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:|//)""",
-                         text, re.I)
+    text = read(write_html(make_scores(), SOURCE, TARGET, tmp_path / "a.html"))
+    assert not re.search(
+        r"""(src|href)\s*=\s*["']?\s*(https?:|//)""", text, re.I
+    )
     assert not re.search(r"""url\(\s*["']?\s*(https?:|//)""", text, re.I)
     assert not re.search(r"<link|@import|<img|<iframe", text, re.I)
     assert not re.search(r"<script[^>]*\bsrc\s*=", text, re.I)
 
 
 def test_hostile_tokens_cannot_break_the_page(tmp_path):
-    text = read(write_html(make_scores(), SOURCE, TARGET,
-                           tmp_path / "a.html"))
+    text = read(write_html(make_scores(), SOURCE, TARGET, tmp_path / "a.html"))
     assert len(re.findall(r"<script\b", text)) == 2
     assert len(re.findall(r"</script", text, re.I)) == 2
     assert "&lt;/script&gt;&lt;b&gt;x&amp;y&quot;" in text
@@ -127,34 +137,91 @@ def _bad(**changes):
 BAD = {
     "not_a_dict": ([np.zeros((H, S, S))], SOURCE, TARGET, "scores", None),
     "empty_dict": ({}, SOURCE, TARGET, "scores", None),
-    "unknown_kind": (_bad(self=[np.zeros((H, S, S))]), SOURCE, TARGET,
-                     "scores", "self"),
-    "empty_layers": (_bad(decoder=[]), SOURCE, TARGET, "scores['decoder']",
-                     None),
-    "not_a_list": (_bad(cross=np.zeros((H, T, S))), SOURCE, TARGET,
-                   "scores['cross']", None),
-    "rank_2": (_bad(encoder=[np.zeros((S, S))]), SOURCE, TARGET,
-               "scores['encoder'][0]", f"({S}, {S})"),
-    "rank_5": (_bad(encoder=[np.zeros((1, 1, H, S, S))]), SOURCE, TARGET,
-               "scores['encoder'][0]", f"(1, 1, {H}, {S}, {S})"),
-    "batch_2": (_bad(encoder=[np.zeros((2, H, S, S))]), SOURCE, TARGET,
-                "scores['encoder'][0]", f"(2, {H}, {S}, {S})"),
-    "cross_shape": (_bad(cross=[np.zeros((H, T, S)), np.zeros((H, S, T))]),
-                    SOURCE, TARGET, "scores['cross'][1]",
-                    f"layer 1 to have (T_q, T_k) = ({T}, {S})"),
-    "heads_differ": (_bad(encoder=[np.zeros((H, S, S)),
-                                   np.zeros((H + 1, S, S))]),
-                     SOURCE, TARGET, "scores['encoder']", f"[{H}, {H + 1}]"),
-    "not_weights": (_bad(encoder=[np.full((H, S, S), 3.0)]), SOURCE, TARGET,
-                    "scores['encoder'][0]", "[0, 1]"),
-    "nan": (_bad(encoder=[np.full((H, S, S), np.nan)]), SOURCE, TARGET,
-            "scores['encoder'][0]", "not all finite"),
-    "source_str": (make_scores(), " ".join(SOURCE), TARGET, "source_tokens",
-                   None),
-    "target_ints": (make_scores(), SOURCE, [1, 2, 3, 4], "target_tokens",
-                    None),
-    "tokens_short": (make_scores(), SOURCE[:-1], TARGET,
-                     "scores['encoder'][0]", f"({S - 1}, {S - 1})"),
+    "unknown_kind": (
+        _bad(self=[np.zeros((H, S, S))]),
+        SOURCE,
+        TARGET,
+        "scores",
+        "self",
+    ),
+    "empty_layers": (
+        _bad(decoder=[]),
+        SOURCE,
+        TARGET,
+        "scores['decoder']",
+        None,
+    ),
+    "not_a_list": (
+        _bad(cross=np.zeros((H, T, S))),
+        SOURCE,
+        TARGET,
+        "scores['cross']",
+        None,
+    ),
+    "rank_2": (
+        _bad(encoder=[np.zeros((S, S))]),
+        SOURCE,
+        TARGET,
+        "scores['encoder'][0]",
+        f"({S}, {S})",
+    ),
+    "rank_5": (
+        _bad(encoder=[np.zeros((1, 1, H, S, S))]),
+        SOURCE,
+        TARGET,
+        "scores['encoder'][0]",
+        f"(1, 1, {H}, {S}, {S})",
+    ),
+    "batch_2": (
+        _bad(encoder=[np.zeros((2, H, S, S))]),
+        SOURCE,
+        TARGET,
+        "scores['encoder'][0]",
+        f"(2, {H}, {S}, {S})",
+    ),
+    "cross_shape": (
+        _bad(cross=[np.zeros((H, T, S)), np.zeros((H, S, T))]),
+        SOURCE,
+        TARGET,
+        "scores['cross'][1]",
+        f"layer 1 to have (T_q, T_k) = ({T}, {S})",
+    ),
+    "heads_differ": (
+        _bad(encoder=[np.zeros((H, S, S)), np.zeros((H + 1, S, S))]),
+        SOURCE,
+        TARGET,
+        "scores['encoder']",
+        f"[{H}, {H + 1}]",
+    ),
+    "not_weights": (
+        _bad(encoder=[np.full((H, S, S), 3.0)]),
+        SOURCE,
+        TARGET,
+        "scores['encoder'][0]",
+        "[0, 1]",
+    ),
+    "nan": (
+        _bad(encoder=[np.full((H, S, S), np.nan)]),
+        SOURCE,
+        TARGET,
+        "scores['encoder'][0]",
+        "not all finite",
+    ),
+    "source_str": (
+        make_scores(),
+        " ".join(SOURCE),
+        TARGET,
+        "source_tokens",
+        None,
+    ),
+    "target_ints": (make_scores(), SOURCE, [1, 2, 3, 4], "target_tokens", None),
+    "tokens_short": (
+        make_scores(),
+        SOURCE[:-1],
+        TARGET,
+        "scores['encoder'][0]",
+        f"({S - 1}, {S - 1})",
+    ),
 }
 
 
@@ -178,8 +245,12 @@ def test_path_is_a_directory(tmp_path):
 
 
 def _browser():
-    for name in ("chromium", "chromium-browser", "google-chrome",
-                 "google-chrome-stable"):
+    for name in (
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ):
         if shutil.which(name):
             return shutil.which(name)
     return None
@@ -187,10 +258,20 @@ def _browser():
 
 def _dump_dom(browser, path, query, profile):
     result = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu",
-         "--no-first-run", f"--user-data-dir={profile}", "--dump-dom",
-         f"file://{path}?{query}"],
-        capture_output=True, text=True, timeout=120)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            f"file://{path}?{query}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
@@ -217,7 +298,7 @@ def test_page_renders_in_a_headless_browser(tmp_path):
     assert kinds == ["encoder", "cross"]
     assert len(re.findall(r'<span><i style="background', first)) == H  # legend
     assert len(_lines(first)) > S  # every head's lines
-    assert "&lt;/script&gt;&lt;b&gt;x&amp;y\"</text>" in first  # token drawn
+    assert '&lt;/script&gt;&lt;b&gt;x&amp;y"</text>' in first  # token drawn
 
     other = _dump_dom(browser, path, "kind=cross&layer=1&head=0", profile)
     assert 'data-state="cross/1/0"' in other
@@ -226,8 +307,9 @@ def test_page_renders_in_a_headless_browser(tmp_path):
     assert all('data-h="0"' in line for line in lines)
     assert len(lines) <= T * S and "head 0" not in other  # no legend
 
-    hovered = _dump_dom(browser, path, "kind=cross&layer=1&head=0&hover=q1",
-                        profile)
+    hovered = _dump_dom(
+        browser, path, "kind=cross&layer=1&head=0&hover=q1", profile
+    )
     assert '<svg id="view" width' in hovered and 'class="focus"' in hovered
     lit = [line for line in _lines(hovered) if 'class="hl"' in line]
     assert lit and all('data-q="1"' in line for line in lit)

@@ -74,7 +74,8 @@ def all_checkpoints(model_dir):
         logging.warning(
             "%s has checkpoint files (%s) but no readable `checkpoint` index: "
             "using the files.", model_dir,
-            ", ".join(os.path.basename(p) for p in sorted(on_disk, key=step_of)))
+            ", ".join(os.path.basename(p)
+                      for p in sorted(on_disk, key=step_of)))
     present = set(on_disk) | {p for p in listed or []
                               if tf.io.gfile.exists(p + ".index")}
     return sorted(present, key=step_of)
@@ -127,7 +128,8 @@ def write_index(model_dir, upto):
     """Rewrites `model_dir`'s `checkpoint` index to list the checkpoints up
     to `upto` (the newest that reads), when it lists anything else."""
     model_dir = str(model_dir)
-    keep = [p for p in all_checkpoints(model_dir) if step_of(p) <= step_of(upto)]
+    keep = [p for p in all_checkpoints(model_dir)
+            if step_of(p) <= step_of(upto)]
     if _listed(model_dir) == keep:
         return
     # The CheckpointState text format, with the files' times, so that the

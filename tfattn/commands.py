@@ -1,12 +1,14 @@
 """What `train.py`'s modes do, from plain arguments: check, train, evaluate,
 export.
 
-`train.py` turns its flags into a `Command` and calls `run(command)`; the
-library never reads flags nor imports the application's hparams sets (the
-requested set arrives as an `HParams`).
+`train.py` turns its flags into a `Command` and calls `run(command,
+report=print)`; the library never reads flags, never prints (what a user
+reads goes to `report`, `logging.info` by default) and never imports the
+application's hparams sets (the requested set arrives as an `HParams`).
 
 - `check(command)`: everything that bad input can break, before anything
-  is written; returns the hparams to train with and the strategy.
+  is written; returns the prepared training run (`preparation`) and the
+  strategy.
 - `run(command)`: the modes in turn (train, then eval and export while
   holding the model directory, `run_dir.hold`).
 """
@@ -31,7 +33,12 @@ from tfattn import run_dir
 from tfattn import training
 from tfattn.data import sources
 
-MODES = ("train", "eval", "export", "all")
+TRAIN, EVAL, EXPORT, ALL = "train", "eval", "export", "all"
+MODES = (TRAIN, EVAL, EXPORT, ALL)
+# The modes that run each step.
+TRAINING_MODES = (TRAIN, ALL)
+EVAL_MODES = (EVAL, ALL)
+EXPORT_MODES = (EXPORT, ALL)
 # Validation sentences whose attention eval draws into TensorBoard.
 ATTENTION_SENTENCES = 2
 
@@ -84,7 +91,7 @@ def decoding_settings(command):
                                         or hp.average_checkpoints)
 
 
-def check(command):
+def check(command, report=logging.info):
     """Checks everything that bad input can break; nothing is written.
 
     Returns:
@@ -93,11 +100,11 @@ def check(command):
     """
     spec = command.dataset
     # The splits this command will read, checked before training starts.
-    training_mode = command.mode in ("train", "all")
+    training_mode = command.mode in TRAINING_MODES
     splits = ["train"] if training_mode else []
     if training_mode and command.samples:
         splits.append("validation")
-    if command.mode in ("eval", "all"):
+    if command.mode in EVAL_MODES:
         splits.append(command.eval_split)
     sources.check_dataset(spec, splits)
     if spec.kind in ("multi30k", "tfds") and not sys.stderr.isatty():
@@ -119,7 +126,7 @@ def check(command):
                  "largest batch; estimated within %.2gx).",
                  prepared.memory.describe(),
                  memory.physical_memory() / 2**30, memory.STATED_FACTOR)
-    print(precision.describe(prepared.precision))
+    report(precision.describe(prepared.precision))
     return prepared, strategy
 
 
@@ -148,7 +155,7 @@ def decoding_advice(decoding):
             "--hparams_overrides, or free memory used by other processes")
 
 
-def run_train(command, prepared):
+def run_train(command, prepared, report=logging.info):
     from tfattn import translate
     with errors.guard_memory("training", lambda: training_advice(
             prepared.hparams, command.model_dir)):
@@ -168,13 +175,13 @@ def run_train(command, prepared):
                 result.model, result.tokenizer, decoding, command.dataset,
                 count=command.samples)
         for source, reference, hypothesis in rows[:5]:
-            print(f"  {source}\n    -> {hypothesis}\n    (reference: "
-                  f"{reference})")
-        print(f"Exact match on {len(rows)} validation pairs: {exact:.1%}")
+            report(f"  {source}\n    -> {hypothesis}\n    (reference: "
+                   f"{reference})")
+        report(f"Exact match on {len(rows)} validation pairs: {exact:.1%}")
     return result
 
 
-def run_eval(command):
+def run_eval(command, report=logging.info):
     from tfattn import data
     from tfattn import evaluation
     spec, directory = command.dataset, command.model_dir
@@ -197,11 +204,11 @@ def run_eval(command):
             model, tokenizer, pairs, directory, split, **decoding,
             tokenized_references=references,
             target_language=spec.target_language if references else None)
-    print(f"BLEU on the {split} split: {metrics['bleu']:.2f} "
+    report(f"BLEU on the {split} split: {metrics['bleu']:.2f} "
           f"({metrics['bleu_signature']})")
     if "bleu_tokenized_lowercased" in metrics:
-        print("Tokenised, lowercased BLEU: "
-              f"{metrics['bleu_tokenized_lowercased']:.2f}")
+        report("Tokenised, lowercased BLEU: "
+               f"{metrics['bleu_tokenized_lowercased']:.2f}")
     attention_images(model, tokenizer, spec, directory, decoding, pairs)
     return metrics
 
@@ -235,7 +242,7 @@ def attention_images(model, tokenizer, spec, directory, decoding, pairs):
     return count
 
 
-def run_export(command):
+def run_export(command, report=logging.info):
     from tfattn import export
     directory = command.model_dir
     decoding, average = decoding_settings(command)
@@ -252,22 +259,23 @@ def run_export(command):
             "with more memory; nothing was replaced in " + export_dir)):
         path = export.export_translator(model, tokenizer, export_dir,
                                         **decoding, overwrite=overwrite)
-    print(f"Exported a string-to-string translator to {path}")
+    report(f"Exported a string-to-string translator to {path}")
     return path
 
 
-def run(command):
-    """Checks `command`, then runs its modes in turn."""
-    prepared, strategy = check(command)
-    if command.mode in ("train", "all"):
+def run(command, report=logging.info):
+    """Checks `command`, then runs its modes in turn; `report(text)` gets
+    what a user reads (the precision, samples, BLEU, the export)."""
+    prepared, strategy = check(command, report)
+    if command.mode in TRAINING_MODES:
         # Holds the directory itself (`run_dir.hold`) once its input is
         # checked, so that bad input leaves nothing behind.
-        run_train(command, prepared)
-    if command.mode == "train":
+        run_train(command, prepared, report)
+    if command.mode == TRAIN:
         return
     with run_dir.hold(command.model_dir,
                       chief=distribute.is_chief(strategy)):
-        if command.mode in ("eval", "all"):
-            run_eval(command)
-        if command.mode in ("export", "all"):
-            run_export(command)
+        if command.mode in EVAL_MODES:
+            run_eval(command, report)
+        if command.mode in EXPORT_MODES:
+            run_export(command, report)

@@ -11,26 +11,22 @@ Example:
 ```python
 from tfattn import config
 
-hp = config.HParams(...)                       # or a named set: hparams.get("tiny")
+hp = config.HParams(...)  # or a named set: hparams.get("tiny")
 hp = config.parse_overrides(hp, "num_heads=2,dropout_rate=0.2")
 assert config.from_json(config.to_json(hp)) == hp
 ```
 
-Override strings are `key=value` pairs separated by commas. A value is
-parsed by the declared type of its field, never evaluated as code: an int
-field takes `12`, a float field `0.1` or `1e-4`, a bool field `true` or
-`false`, a str field a bare word or a quoted string (commas may stand inside
-quotes), and an optional field also `none`. An unknown key fails with the
-list of valid keys, and the resulting set is validated like any other.
+`parse_overrides` (the override string syntax) lives in `tfattn.overrides`
+and is re-exported here.
 """
 
 import dataclasses
 import json
 import math
-import re
 import typing
 
-from tfattn import validation
+from tfattn.overrides import optional_type
+from tfattn.overrides import parse_overrides  # noqa: F401  (re-exported)
 from tfattn.validation import FLAVORS
 from tfattn.validation import invalid_argument
 
@@ -221,7 +217,8 @@ def model_kwargs(hp, vocab_size):
 
 
 def embeddings_initializer(hp):
-    """The Keras initializer (config dict) named by `hp.embeddings_initializer`."""
+    """The Keras initializer (config dict) named by
+    `hp.embeddings_initializer`."""
     if hp.embeddings_initializer == "scaled_normal":
         return {"class_name": "RandomNormal", "config": {
             "mean": 0.0, "stddev": hp.num_units ** -0.5, "seed": None}}
@@ -235,26 +232,12 @@ def _field_types():
     return typing.get_type_hints(HParams)
 
 
-def _base_type(annotation):
-    """(the non-None type, whether None is allowed)."""
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) is typing.Union and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        return inner, True
-    return annotation, False
-
-
-def _type_name(annotation):
-    kind, optional = _base_type(annotation)
-    return kind.__name__ + (" or None" if optional else "")
-
-
 def _invalid(name, expected, received):
     return invalid_argument(name, expected, received, _CONTEXT)
 
 
 def _check_type(name, value, annotation):
-    kind, optional = _base_type(annotation)
+    kind, optional = optional_type(annotation)
     if value is None:
         if optional:
             return None
@@ -273,50 +256,45 @@ def _check_type(name, value, annotation):
 
 
 def _check_values(hp):
-    def positive(name, allow_none=False):
-        value = getattr(hp, name)
-        if value is None and allow_none:
-            return
-        if value is None or value < 1:
-            raise _invalid(name, "a positive int" +
-                           (" or None" if allow_none else ""), value)
+    """Raises the ValueError of the first value `hp` may not hold."""
+    # In this order: a set with several faults reports the same one as ever.
+    for check in (_check_choices, _check_ranges, _check_exactly_one,
+                  _check_num_heads, _check_learning_rate,
+                  _check_flavor_layout, _check_limits):
+        check(hp)
 
-    def choice(name, choices):
+
+def _check_choices(hp):
+    for name, choices in (
+            ("flavor", FLAVORS),
+            ("positional_encoding", POSITIONAL_ENCODINGS),
+            ("tokenizer_model_type", TOKENIZER_MODEL_TYPES),
+            ("learning_rate_schedule", LEARNING_RATE_SCHEDULES),
+            ("embeddings_initializer", EMBEDDINGS_INITIALIZERS)):
         if getattr(hp, name) not in choices:
             raise _invalid(name, "one of " + ", ".join(map(repr, choices)),
                            getattr(hp, name))
 
-    def rate(name, high=1.0):
-        value = getattr(hp, name)
-        if not 0 <= value < high:
-            raise _invalid(name, f"a float in [0, {high:g})", value)
 
-    def exactly_one(a, b):
-        if (getattr(hp, a) is None) == (getattr(hp, b) is None):
-            raise ValueError(
-                f"{_CONTEXT}: exactly one of `{a}` and `{b}` must be set (the "
-                f"other None). Received: {a}={getattr(hp, a)!r}, "
-                f"{b}={getattr(hp, b)!r}"
-            )
-
-    choice("flavor", FLAVORS)
-    choice("positional_encoding", POSITIONAL_ENCODINGS)
-    choice("tokenizer_model_type", TOKENIZER_MODEL_TYPES)
-    choice("learning_rate_schedule", LEARNING_RATE_SCHEDULES)
-    choice("embeddings_initializer", EMBEDDINGS_INITIALIZERS)
+def _check_ranges(hp):
+    """Each field's own range: positive ints, rates in [0, 1), floats > 0 or
+    >= 0, ints >= 0."""
     for name in ("num_layers", "num_units", "num_heads", "ffn_units",
                  "max_length", "vocab_size", "max_train_length",
                  "shuffle_buffer_size", "warmup_steps",
                  "checkpoint_every_steps", "keep_checkpoints",
                  "log_every_steps", "eval_sentences", "beam_size",
                  "average_checkpoints"):
-        positive(name)
+        if getattr(hp, name) < 1:
+            raise _invalid(name, "a positive int", getattr(hp, name))
     for name in ("batch_size", "tokens_per_batch", "train_steps",
                  "train_epochs"):
-        positive(name, allow_none=True)
+        if getattr(hp, name) is not None and getattr(hp, name) < 1:
+            raise _invalid(name, "a positive int or None", getattr(hp, name))
     for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing",
                  "adam_beta1", "adam_beta2"):
-        rate(name)
+        if not 0 <= getattr(hp, name) < 1.0:
+            raise _invalid(name, "a float in [0, 1)", getattr(hp, name))
     for name in ("adam_epsilon", "learning_rate_scale"):
         if not getattr(hp, name) > 0:
             raise _invalid(name, "a float > 0", getattr(hp, name))
@@ -329,11 +307,29 @@ def _check_values(hp):
     if hp.decode_extra_length < 0:
         raise _invalid("decode_extra_length", "an int >= 0",
                        hp.decode_extra_length)
-    exactly_one("batch_size", "tokens_per_batch")
-    exactly_one("train_steps", "train_epochs")
+
+
+def _check_exactly_one(hp):
+    """The batch's size and the training's length are each set one way."""
+    for a, b in (("batch_size", "tokens_per_batch"),
+                 ("train_steps", "train_epochs")):
+        if (getattr(hp, a) is None) == (getattr(hp, b) is None):
+            raise ValueError(
+                f"{_CONTEXT}: exactly one of `{a}` and `{b}` must be set (the "
+                f"other None). Received: {a}={getattr(hp, a)!r}, "
+                f"{b}={getattr(hp, b)!r}"
+            )
+
+
+def _check_num_heads(hp):
     if hp.num_units % hp.num_heads:
         raise _invalid("num_units", f"a multiple of num_heads={hp.num_heads}",
                        hp.num_units)
+
+
+def _check_learning_rate(hp):
+    """A rate > 0 or None, set where the schedule needs it; cosine decays
+    after its warmup."""
     if hp.learning_rate is not None and not hp.learning_rate > 0:
         raise _invalid("learning_rate", "a float > 0 or None",
                        hp.learning_rate)
@@ -347,17 +343,26 @@ def _check_values(hp):
         raise _invalid("train_steps", "more than warmup_steps="
                        f"{hp.warmup_steps} with learning_rate_schedule="
                        "'cosine'", hp.train_steps)
+
+
+def _check_flavor_layout(hp):
+    """What the reference flavours fix: post-norm and the embedding layout."""
     if hp.normalize_first and hp.flavor != "paper":
         raise _invalid("normalize_first",
                        f"False in flavor {hp.flavor!r} (the reference is "
                        "post-norm)", hp.normalize_first)
-    # The reference flavours fix their embedding layout (REFERENCE_SPEC §3).
+    # The reference flavours fix their embedding layout (docs/reference.md §3).
     fixed = {"reference_2017": False, "reference_2019": True}.get(hp.flavor)
     if fixed is not None:
         for name in ("share_embeddings", "tie_output"):
             if getattr(hp, name) != fixed:
                 raise _invalid(name, f"{fixed} in flavor {hp.flavor!r}, "
                                "which the reference fixes", getattr(hp, name))
+
+
+def _check_limits(hp):
+    """Fields bounded by others: the average by the checkpoints kept, the
+    training length by the positional table."""
     if hp.average_checkpoints > hp.keep_checkpoints:
         raise _invalid("average_checkpoints",
                        f"at most keep_checkpoints={hp.keep_checkpoints}",
@@ -368,137 +373,6 @@ def _check_values(hp):
             f"at most max_length={hp.max_length} (the positional table)",
             hp.max_train_length,
         )
-
-
-# ----------------------------------------------------------------------
-# Overrides.
-
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INT = re.compile(r"[+-]?[0-9]+\Z")
-# Python refuses to parse ints of over 4,300 digits; no field needs 19.
-_MAX_INT_DIGITS = 18
-_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
-_BARE_WORD = re.compile(r"[A-Za-z0-9_.:/+\-]+\Z")
-_NONE_WORDS = ("none", "null")
-
-
-def _split_items(text):
-    """Splits on commas outside single or double quotes."""
-    items, current, quote = [], [], None
-    for char in text:
-        if quote:
-            current.append(char)
-            if char == quote:
-                quote = None
-        elif char in "'\"":
-            quote = char
-            current.append(char)
-        elif char == ",":
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    if quote:
-        raise ValueError(
-            f"Malformed hparams overrides {validation.echo(text)}: unterminated {quote} "
-            "quote."
-        )
-    items.append("".join(current))
-    return items
-
-
-def _parse_value(name, raw, annotation):
-    kind, optional = _base_type(annotation)
-
-    def fail(why=""):
-        return ValueError(
-            f"Invalid value for hparams field `{name}` in overrides: expected "
-            f"{_describe(kind, optional)}{why}. Received: {name}="
-            f"{validation.echo(raw, as_repr=False)}"
-        )
-
-    text = raw.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        if kind is not str:
-            raise fail(" (a quoted value is a string)")
-        return text[1:-1]
-    if optional and text.lower() in _NONE_WORDS:
-        return None
-    if kind is int:
-        if not _INT.match(text):
-            raise fail()
-        if len(text.lstrip("+-")) > _MAX_INT_DIGITS:
-            raise fail(f" (at most {_MAX_INT_DIGITS} digits)")
-        return int(text)
-    if kind is float:
-        if not _FLOAT.match(text):
-            raise fail()
-        return float(text)
-    if kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise fail()
-        return text.lower() == "true"
-    if not _BARE_WORD.match(text):
-        raise fail(" (quote strings holding other characters)")
-    return text
-
-
-def _describe(kind, optional):
-    text = {
-        int: "an int such as 8",
-        float: "a float such as 0.1 or 1e-4",
-        bool: "true or false",
-        str: "a string (a bare word or quoted)",
-    }[kind]
-    return text + (" or none" if optional else "")
-
-
-def parse_overrides(hp, overrides):
-    """Applies an override string such as `"num_heads=4,dropout_rate=0.2"`.
-
-    Args:
-        hp: HParams. The set to start from.
-        overrides: str or None. Comma-separated `key=value` pairs; empty or
-            None changes nothing.
-
-    Returns:
-        A new, validated HParams.
-
-    Raises:
-        ValueError: a malformed string, an unknown or repeated key (the
-            message lists the valid keys), a value of the wrong type, or a
-            resulting set that fails validation.
-    """
-    if overrides is None or not overrides.strip():
-        return hp
-    if not isinstance(overrides, str):
-        raise _invalid("overrides", "a string of key=value pairs", overrides)
-    types = _field_types()
-    values = {}
-    for item in _split_items(overrides):
-        if not item.strip():
-            raise ValueError(
-                f"Malformed hparams overrides {validation.echo(overrides)}: an empty item "
-                "(expected key=value pairs separated by single commas)."
-            )
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not _KEY.match(key):
-            raise ValueError(
-                f"Malformed hparams override {validation.echo(item.strip())} in "
-                f"{validation.echo(overrides)}: expected key=value (e.g. num_heads=4)."
-            )
-        if key not in types:
-            raise ValueError(
-                f"Unknown hparams field {key!r} in overrides. Valid fields: "
-                + ", ".join(field_names())
-            )
-        if key in values:
-            raise ValueError(
-                f"Hparams field {key!r} is overridden twice in {validation.echo(overrides)}."
-            )
-        values[key] = _parse_value(key, raw, types[key])
-    return dataclasses.replace(hp, **values)
 
 
 # ----------------------------------------------------------------------

@@ -6,7 +6,7 @@ and the updated cache. The whole search runs inside a single `tf.while_loop`
 whose loop variables all keep one fixed shape, and the position is a scalar
 int32 tensor, never a Python int, so the searches run eagerly, inside
 `tf.function`, and inside `tf.function(jit_compile=True)` with one XLA
-compilation for the whole decode (see TRAPS.md item 2: calling a compiled
+compilation for the whole decode (see docs/traps.md item 2: calling a compiled
 step per position from Python recompiles at every position).
 
 Shape letters: B = batch, K = beam size, V = vocabulary, L = `max_length`
@@ -32,6 +32,8 @@ Output conventions (both searches):
 """
 
 import numbers
+from typing import Any
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -76,14 +78,8 @@ def greedy_search(
         the sum of the log-probabilities of the emitted tokens (EOS included).
     """
     initial_ids, cache, max_length, eos_id, max_lengths = _validate(
-        "greedy_search",
-        step_fn,
-        initial_ids,
-        initial_cache,
-        max_length,
-        eos_id,
-        max_lengths,
-    )
+        "greedy_search", step_fn, initial_ids, initial_cache, max_length,
+        eos_id, max_lengths)
     batch_size = tf.shape(initial_ids)[0]
     limits = _row_limits(max_lengths, batch_size, max_length)
     positions = tf.range(max_length, dtype=tf.int32)
@@ -121,16 +117,34 @@ def greedy_search(
     return seq, scores
 
 
-def beam_search(
-    step_fn,
-    initial_ids,
-    initial_cache,
-    max_length,
-    eos_id,
-    beam_size=4,
-    alpha=0.6,
-    max_lengths=None,
-):
+class BeamState(NamedTuple):
+    """The loop state of `beam_search`, carried whole by `tf.while_loop`.
+
+    Fields (B batch, K beam size, L = `max_length`):
+        step: scalar int32, the position being predicted.
+        alive_ids: int32 [B, K], the last token of each alive beam.
+        alive_seq: int32 [B, K, L], the alive beams (no EOS yet).
+        alive_log_probs: float32 [B, K], their log-probs, best first.
+        finished_seq: int32 [B, K, L], the K best finished beams.
+        finished_scores: float32 [B, K], their length-penalised scores,
+            best first; `_NEG_INF` in empty slots.
+        finished_flags: bool [B, K], whether a finished slot holds a beam.
+        cache: the `step_fn` cache, tensors with leading axis B*K (row
+            `b * K + k` is beam k of batch row b).
+    """
+
+    step: tf.Tensor
+    alive_ids: tf.Tensor
+    alive_seq: tf.Tensor
+    alive_log_probs: tf.Tensor
+    finished_seq: tf.Tensor
+    finished_scores: tf.Tensor
+    finished_flags: tf.Tensor
+    cache: Any
+
+
+def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
+                beam_size=4, alpha=0.6, max_lengths=None):
     """Batched beam search in one `tf.while_loop`.
 
     The algorithm of tensor2tensor / Model Garden `sequence_beam_search`:
@@ -155,6 +169,8 @@ def beam_search(
 
     The cache is tiled to B*K rows (row `b * K + k` is beam k of batch row
     b) and reordered by the chosen parent beams with `tf.gather` each step.
+    The loop carries a `BeamState`; one step is `grow_topk`, then
+    `grow_alive` and `grow_finished` on its 2K candidates.
 
     Args:
         step_fn: callable `(ids [B*K] int32, position scalar int32, cache) ->
@@ -178,134 +194,166 @@ def beam_search(
         `sum(log_probs) / ((5 + len) / 6) ** alpha`.
     """
     initial_ids, cache, max_length, eos_id, max_lengths = _validate(
-        "beam_search",
-        step_fn,
-        initial_ids,
-        initial_cache,
-        max_length,
-        eos_id,
-        max_lengths,
-    )
-    beam_size = check_positive_int("beam_size", beam_size, "beam_search")
+        "beam_search", step_fn, initial_ids, initial_cache, max_length,
+        eos_id, max_lengths)
+    k = check_positive_int("beam_size", beam_size, "beam_search")
     alpha = check_non_negative_float("alpha", alpha, "beam_search")
-    k = beam_size
     batch_size = tf.shape(initial_ids)[0]
     limits = _row_limits(max_lengths, batch_size, max_length)
     positions = tf.range(max_length, dtype=tf.int32)
-
-    def length_penalty(length):
-        return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
     # The best score any alive beam of row b can still reach: log-probs only
     # decrease and the penalty only grows (alpha >= 0) up to len = limit.
-    max_penalty = length_penalty(limits)  # [B]
+    max_penalty = _length_penalty(limits, alpha)  # [B]
     row_offsets = tf.range(batch_size)[:, None] * k  # [B, 1]
 
-    def cond(i, alive_ids, alive_seq, alive_log_probs, cache, *finished):
-        _, finished_scores, finished_flags = finished
-        best_alive = alive_log_probs[:, 0] / max_penalty  # [B]
-        worst_finished = tf.reduce_min(
-            tf.where(finished_flags, finished_scores, -_NEG_INF), axis=1
-        )
-        row_done = tf.reduce_any(finished_flags, axis=1) & (
-            worst_finished > best_alive
-        )
-        return tf.logical_and(
-            i < max_length, tf.logical_not(tf.reduce_all(row_done))
-        )
+    def cond(state):
+        return beam_search_continues(state, max_length, max_penalty)
 
-    def body(i, alive_ids, alive_seq, alive_log_probs, cache, *finished):
-        finished_seq, finished_scores, finished_flags = finished
-        logits, new_cache = _call_step_fn(
-            step_fn, tf.reshape(alive_ids, [-1]), i, cache
-        )
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        vocab_size = _dim(log_probs, 1)
-        # `log_probs` = [B, K, V]; candidates = [B, K * V].
-        log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])
-        candidates = tf.reshape(
-            alive_log_probs[:, :, None] + log_probs, [batch_size, -1]
-        )
-        num_candidates = 2 * k
-        if isinstance(vocab_size, int):
-            num_candidates = min(num_candidates, k * vocab_size)
-        # `top_*` = [B, 2K], sorted by log-prob.
-        top_log_probs, top_indices = tf.math.top_k(candidates, num_candidates)
-        top_beams = top_indices // vocab_size
-        top_ids = top_indices % vocab_size
-        top_seq = tf.gather(alive_seq, top_beams, batch_dims=1)
-        top_seq = tf.where(
-            positions[None, None, :] == i, top_ids[:, :, None], top_seq
-        )
-
-        is_eos = tf.equal(top_ids, eos_id)
-        at_limit = (i + 1 >= limits)[:, None]  # [B, 1]
-        live = top_log_probs > _DEAD_THRESHOLD
-        in_top_k = tf.range(num_candidates)[None, :] < k
-
-        # Alive set: the K best candidates that neither end in EOS nor hit
-        # the limit (at least K of the 2K do not end in EOS).
-        alive_scores = tf.where(is_eos | at_limit, _NEG_INF, top_log_probs)
-        alive_scores, alive_index = tf.math.top_k(alive_scores, k)
-        alive_ids = tf.gather(top_ids, alive_index, batch_dims=1)
-        alive_seq = tf.gather(top_seq, alive_index, batch_dims=1)
-        parents = tf.gather(top_beams, alive_index, batch_dims=1)
+    def body(state):
+        i = state.step
+        top_log_probs, top_beams, top_ids, top_seq, new_cache = grow_topk(
+            step_fn, state, batch_size, k, positions)
+        ended = tf.equal(top_ids, eos_id) | (i + 1 >= limits)[:, None]
+        alive_log_probs, alive_ids, alive_seq, parents = grow_alive(
+            top_log_probs, top_beams, top_ids, top_seq, ended, k)
         flat_parents = tf.reshape(parents + row_offsets, [-1])
-        new_cache = _reorder_cache(cache, new_cache, flat_parents)
+        finished_seq, finished_scores, finished_flags = grow_finished(
+            state, top_log_probs, top_seq, ended,
+            _length_penalty(i + 1, alpha), k)
+        return (BeamState(
+            step=i + 1,
+            alive_ids=alive_ids,
+            alive_seq=alive_seq,
+            alive_log_probs=alive_log_probs,
+            finished_seq=finished_seq,
+            finished_scores=finished_scores,
+            finished_flags=finished_flags,
+            cache=_reorder_cache(state.cache, new_cache, flat_parents)),)
 
-        # Finished set: merge the new EOS / at-limit candidates into the old
-        # K best (old ones first, so ties keep the earlier, shorter beam).
-        new_flags = live & in_top_k & (is_eos | at_limit)
-        new_scores = tf.where(
-            new_flags, top_log_probs / length_penalty(i + 1), _NEG_INF
-        )
-        merged_scores = tf.concat([finished_scores, new_scores], axis=1)
-        merged_flags = tf.concat([finished_flags, new_flags], axis=1)
-        merged_seq = tf.concat([finished_seq, top_seq], axis=1)
-        finished_scores, keep = tf.math.top_k(merged_scores, k)
-        finished_flags = tf.gather(merged_flags, keep, batch_dims=1)
-        finished_seq = tf.gather(merged_seq, keep, batch_dims=1)
-        return (
-            i + 1,
-            alive_ids,
-            alive_seq,
-            alive_scores,
-            new_cache,
-            finished_seq,
-            finished_scores,
-            finished_flags,
-        )
+    state = beam_init(initial_ids, cache, k, max_length)
+    (state,) = tf.while_loop(cond, _keep_shapes(body), (state,))
+    return _best_beams(state, max_penalty)
 
+
+def beam_init(initial_ids, cache, beam_size, max_length):
+    """The start `BeamState`: K copies of each row's start token, no
+    finished beam, the cache (leading axis B) tiled to B*K rows."""
+    k = beam_size
+    batch_size = tf.shape(initial_ids)[0]
     # Only beam 0 is live at the start, so the K copies of the start token
     # do not yield K identical beams.
-    initial_log_probs = tf.tile(
-        tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32),
-        [batch_size, 1],
+    initial_log_probs = tf.tile(tf.constant(
+        [[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch_size, 1])
+    return BeamState(
+        step=tf.constant(0, tf.int32),
+        alive_ids=tf.repeat(initial_ids[:, None], k, axis=1),
+        alive_seq=tf.zeros([batch_size, k, max_length], tf.int32),
+        alive_log_probs=initial_log_probs,
+        cache=tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache),
+        finished_seq=tf.zeros([batch_size, k, max_length], tf.int32),
+        finished_scores=tf.fill([batch_size, k], _NEG_INF),
+        finished_flags=tf.zeros([batch_size, k], tf.bool),
     )
-    loop_vars = (
-        tf.constant(0, tf.int32),
-        tf.repeat(initial_ids[:, None], k, axis=1),
-        tf.zeros([batch_size, k, max_length], tf.int32),
-        initial_log_probs,
-        tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache),
-        tf.zeros([batch_size, k, max_length], tf.int32),
-        tf.fill([batch_size, k], _NEG_INF),
-        tf.zeros([batch_size, k], tf.bool),
-    )
-    outputs = tf.while_loop(cond, _keep_shapes(body), loop_vars)
-    _, _, alive_seq, alive_log_probs, _, finished_seq, finished_scores = (
-        outputs[:7]
-    )
-    has_finished = tf.reduce_any(outputs[7], axis=1)
+
+
+def gather_beams(nested, beam_indices):
+    """Reorders each tensor [B, K', ...] of a nested structure by
+    `beam_indices` int32 [B, K] (indices into K'): tensors [B, K, ...]."""
+    return tf.nest.map_structure(
+        lambda t: tf.gather(t, beam_indices, batch_dims=1), nested)
+
+
+def gather_topk_beams(scores, nested, k):
+    """The k best beams by `scores` float32 [B, K']: `(top_scores [B, k],
+    best first, nested gathered by them)`. Ties keep the lower index."""
+    top_scores, indices = tf.math.top_k(scores, k)
+    return top_scores, gather_beams(nested, indices)
+
+
+def grow_topk(step_fn, state, batch_size, k, positions):
+    """Runs `step_fn` once and extends every alive beam by every token:
+    the best 2K of the K*V candidates (K*V if less and V is static), by
+    log-prob. Returns `(top_log_probs [B, 2K], top_beams [B, 2K] (parent
+    beam), top_ids [B, 2K] (new token), top_seq [B, 2K, L], new_cache)`,
+    the cache not yet reordered."""
+    i = state.step
+    logits, new_cache = _call_step_fn(
+        step_fn, tf.reshape(state.alive_ids, [-1]), i, state.cache)
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    vocab_size = _dim(log_probs, 1)
+    # `log_probs` = [B, K, V]; candidates = [B, K * V].
+    log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])
+    candidates = tf.reshape(
+        state.alive_log_probs[:, :, None] + log_probs, [batch_size, -1])
+    num_candidates = 2 * k
+    if isinstance(vocab_size, int):
+        num_candidates = min(num_candidates, k * vocab_size)
+    top_log_probs, top_indices = tf.math.top_k(candidates, num_candidates)
+    top_beams = top_indices // vocab_size
+    top_ids = top_indices % vocab_size
+    top_seq = gather_beams(state.alive_seq, top_beams)
+    top_seq = tf.where(
+        positions[None, None, :] == i, top_ids[:, :, None], top_seq)
+    return top_log_probs, top_beams, top_ids, top_seq, new_cache
+
+
+def grow_alive(top_log_probs, top_beams, top_ids, top_seq, ended, k):
+    """The new alive set: the K best candidates that neither end in EOS nor
+    hit the limit (`ended` bool, broadcastable to [B, 2K]); at least K of
+    the 2K do not end in EOS. Returns `(alive_log_probs [B, K], alive_ids
+    [B, K], alive_seq [B, K, L], parents [B, K])`."""
+    alive_log_probs, (alive_ids, alive_seq, parents) = gather_topk_beams(
+        tf.where(ended, _NEG_INF, top_log_probs),
+        (top_ids, top_seq, top_beams), k)
+    return alive_log_probs, alive_ids, alive_seq, parents
+
+
+def grow_finished(state, top_log_probs, top_seq, ended, penalty, k):
+    """Merges the step's ended candidates, scored `log_prob / penalty`, into
+    the K best finished beams of `state`. A candidate enters only if it is
+    live and among the top K of the 2K (see `beam_search`). Returns
+    `(finished_seq [B, K, L], finished_scores [B, K], finished_flags)`."""
+    in_top_k = tf.range(_dim(top_log_probs, 1))[None, :] < k
+    new_flags = (top_log_probs > _DEAD_THRESHOLD) & in_top_k & ended
+    new_scores = tf.where(new_flags, top_log_probs / penalty, _NEG_INF)
+    # Old ones first, so ties keep the earlier, shorter beam.
+    merged_scores = tf.concat([state.finished_scores, new_scores], axis=1)
+    merged_flags = tf.concat([state.finished_flags, new_flags], axis=1)
+    merged_seq = tf.concat([state.finished_seq, top_seq], axis=1)
+    scores, (flags, seq) = gather_topk_beams(
+        merged_scores, (merged_flags, merged_seq), k)
+    return seq, scores, flags
+
+
+def beam_search_continues(state, max_length, max_penalty):
+    """Whether to run another step: `state.step < max_length` and some row
+    has no finished beam or a best alive beam that, at its largest reachable
+    penalty `max_penalty` [B], could still beat its worst finished beam."""
+    best_alive = state.alive_log_probs[:, 0] / max_penalty  # [B]
+    worst_finished = tf.reduce_min(tf.where(
+        state.finished_flags, state.finished_scores, -_NEG_INF), axis=1)
+    row_done = tf.reduce_any(state.finished_flags, axis=1) & (
+        worst_finished > best_alive)
+    return tf.logical_and(
+        state.step < max_length, tf.logical_not(tf.reduce_all(row_done)))
+
+
+def _best_beams(state, max_penalty):
+    """The search's output from the final state: `(ids [B, L], scores [B])`,
+    each row's best finished beam, else its best alive beam."""
+    has_finished = tf.reduce_any(state.finished_flags, axis=1)
     # Every row normally ends with a finished beam (EOS or limit); the
     # fallback covers a model whose every candidate was masked.
-    ids = tf.where(has_finished[:, None], finished_seq[:, 0], alive_seq[:, 0])
-    scores = tf.where(
-        has_finished,
-        finished_scores[:, 0],
-        alive_log_probs[:, 0] / max_penalty,
-    )
+    ids = tf.where(
+        has_finished[:, None], state.finished_seq[:, 0], state.alive_seq[:, 0])
+    scores = tf.where(has_finished, state.finished_scores[:, 0],
+                      state.alive_log_probs[:, 0] / max_penalty)
     return ids, scores
+
+
+def _length_penalty(length, alpha):
+    """The GNMT length penalty `((5 + length) / 6) ** alpha`, float32."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
 def _validate(
@@ -315,14 +363,10 @@ def _validate(
     if not callable(step_fn):
         raise invalid_argument("step_fn", "a callable", step_fn, context)
     max_length = check_positive_int("max_length", max_length, context)
-    if (
-        isinstance(eos_id, bool)
-        or not isinstance(eos_id, numbers.Integral)
-        or eos_id < 0
-    ):
+    if (isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral)
+            or eos_id < 0):
         raise invalid_argument(
-            "eos_id", "a non-negative integer", eos_id, context
-        )
+            "eos_id", "a non-negative integer", eos_id, context)
     initial_ids = _int_vector("initial_ids", initial_ids, context)
     if lengths is not None:
         lengths = _int_vector("max_lengths", lengths, context)

@@ -15,7 +15,6 @@ import os
 
 import tensorflow as tf
 
-from tfattn import config
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored",
               "tpu")
@@ -157,6 +156,18 @@ def worker_dir(model_dir, strategy):
     resolver = strategy.cluster_resolver
     return os.path.join(model_dir, ".workers",
                         f"{resolver.task_type}_{resolver.task_id}")
+
+
+def remove_worker_dir(path):
+    """Removes a non-chief worker's scratch directory (`worker_dir`) at the
+    end of training, and the shared parent once the last worker is out."""
+    tf.io.gfile.rmtree(path)
+    parent = os.path.dirname(path)
+    try:
+        if not tf.io.gfile.listdir(parent):
+            tf.io.gfile.rmtree(parent)
+    except tf.errors.OpError:
+        pass  # Another worker removed it first.
 
 
 def per_replica_batch(hp, replicas):

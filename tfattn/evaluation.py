@@ -143,45 +143,10 @@ def multi30k_tokenize(text, language):
     return tokenizer.tokenize(normalized, escape=True, return_str=True)
 
 
-def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
-             alpha=0.6, tokenized_references=None,
-             tokenized_hypothesis_fn=None, target_language=None,
-             batch_size=64, extra_length=50, max_source_length=None):
-    """Translates an evaluation split, scores it, writes the results.
-
-    Writes into `model_dir`, each file through a temporary name and a rename:
-
-    - `translations_{split_name}.txt`: one detokenised translation per line,
-      in the order of `pairs`;
-    - `metrics_{split_name}.json`: the returned dict.
-
-    Args:
-        model: a built `tfattn.Transformer`.
-        tokenizer: its `tfattn.data.SubwordTokenizer`.
-        pairs: list of (source, reference) str pairs.
-        model_dir: str or path-like. Created if missing.
-        split_name: str. Names the files, e.g. `'test'`.
-        beam_size: int. Defaults to `4`.
-        alpha: float. Defaults to `0.6`.
-        tokenized_references: list of str or None. Lowercased, tokenised
-            references aligned with `pairs` (e.g. from
-            `tfattn.data.load_tokenized_references`); adds the tokenised
-            lowercased BLEU that published Multi30k numbers use.
-        tokenized_hypothesis_fn: callable str -> str or None. Turns a
-            translation into the tokenisation of `tokenized_references`.
-            Defaults to `multi30k_tokenize(text, target_language)`.
-        target_language: `'de'`, `'en'` or None. Needed by the default
-            `tokenized_hypothesis_fn`.
-        batch_size, extra_length, max_source_length: as in
-            `tfattn.translate.translate_texts`.
-
-    Returns:
-        dict: `split`, `num_sentences`, `beam_size`, `alpha`, `bleu` (cased
-        detokenised sacreBLEU, 13a) and `bleu_signature`, `hyp_len`,
-        `ref_len`, `seconds` (translation time), the two file paths, and with
-        tokenised references also `bleu_tokenized_lowercased`, its signature,
-        lengths and `tokenized_hypotheses` (how hypotheses were tokenised).
-    """
+def _checked_inputs(split_name, pairs, tokenized_references,
+                    tokenized_hypothesis_fn, target_language):
+    """`evaluate`'s inputs checked (a ValueError naming the first bad one);
+    returns (pairs, tokenized_references) as lists."""
     if not isinstance(split_name, str) or not split_name or any(
         c in split_name for c in "/\\"
     ):
@@ -224,7 +189,51 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
             raise invalid_argument("tokenized_hypothesis_fn",
                                    "a callable str -> str",
                                    tokenized_hypothesis_fn, _CONTEXT)
+    return pairs, tokenized_references
 
+
+def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
+             alpha=0.6, tokenized_references=None,
+             tokenized_hypothesis_fn=None, target_language=None,
+             batch_size=64, extra_length=50, max_source_length=None):
+    """Translates an evaluation split, scores it, writes the results.
+
+    Writes into `model_dir`, each file through a temporary name and a rename:
+
+    - `translations_{split_name}.txt`: one detokenised translation per line,
+      in the order of `pairs`;
+    - `metrics_{split_name}.json`: the returned dict.
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: its `tfattn.data.SubwordTokenizer`.
+        pairs: list of (source, reference) str pairs.
+        model_dir: str or path-like. Created if missing.
+        split_name: str. Names the files, e.g. `'test'`.
+        beam_size: int. Defaults to `4`.
+        alpha: float. Defaults to `0.6`.
+        tokenized_references: list of str or None. Lowercased, tokenised
+            references aligned with `pairs` (e.g. from
+            `tfattn.data.load_tokenized_references`); adds the tokenised
+            lowercased BLEU that published Multi30k numbers use.
+        tokenized_hypothesis_fn: callable str -> str or None. Turns a
+            translation into the tokenisation of `tokenized_references`.
+            Defaults to `multi30k_tokenize(text, target_language)`.
+        target_language: `'de'`, `'en'` or None. Needed by the default
+            `tokenized_hypothesis_fn`.
+        batch_size, extra_length, max_source_length: as in
+            `tfattn.translate.translate_texts`.
+
+    Returns:
+        dict: `split`, `num_sentences`, `beam_size`, `alpha`, `bleu` (cased
+        detokenised sacreBLEU, 13a) and `bleu_signature`, `hyp_len`,
+        `ref_len`, `seconds` (translation time), the two file paths, and with
+        tokenised references also `bleu_tokenized_lowercased`, its signature,
+        lengths and `tokenized_hypotheses` (how hypotheses were tokenised).
+    """
+    pairs, tokenized_references = _checked_inputs(
+        split_name, pairs, tokenized_references, tokenized_hypothesis_fn,
+        target_language)
     sources = [s for s, _ in pairs]
     references = [r for _, r in pairs]
     start = time.perf_counter()

@@ -9,7 +9,7 @@ length-penalised beam score) and `truncated` (`[batch]` bool, True where
 the source was longer than `max_source_length` and was cut, see Lengths).
 Everything runs inside the graph: SentencePiece tokenisation (a
 `tensorflow_text.SentencepieceTokenizer` built from the serialized model
-bytes, held by the exported `tf.Module`, see TRAPS.md item 7), truncation,
+bytes, held by the exported `tf.Module`, see docs/traps.md item 7), truncation,
 EOS and padding, the encoder, the cached beam search in one
 `tf.while_loop`, and detokenisation. A client needs only TensorFlow and
 tensorflow-text:

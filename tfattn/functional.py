@@ -1,4 +1,5 @@
-"""`multihead_attention`: the referenced TF1 function's signature, on Keras 3."""
+"""`multihead_attention`: the referenced TF1 function's signature, on
+Keras 3."""
 
 from tfattn import validation
 from tfattn.layers.multi_head_attention import MultiHeadAttention
@@ -19,7 +20,7 @@ def multihead_attention(
 
     Builds a `MultiHeadAttention(flavor="reference_2017")` layer named
     `scope` and applies it: ReLU projections, zero-row key and query masks,
-    no output projection, residual and layer norm (REFERENCE_SPEC §1.4, G1b).
+    no output projection, residual and layer norm (docs/reference.md §1.4, G1b).
     It works eagerly and on `keras.Input` tensors inside a functional model.
 
     What the TF1 arguments mean in Keras 3:

@@ -301,7 +301,8 @@ def to_keras_hub(block):
         for a, b in zip(target.weights, ported.weights):
             a.assign(b)
     for hub_name, mine in norms:
-        getattr(theirs, hub_name).set_weights(getattr(block, mine).get_weights())
+        getattr(theirs, hub_name).set_weights(
+            getattr(block, mine).get_weights())
     for hub_name, mine in _HUB_DENSE:
         getattr(theirs, hub_name).set_weights(
             getattr(block.feed_forward, mine).get_weights())

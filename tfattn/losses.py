@@ -4,7 +4,7 @@ Shapes: B = batch, T = length, V = vocabulary size (the last axis of the
 logits). Labels may have any shape [...] with logits [..., V].
 
 Per target token, with smoothed targets y_s = (1 - ε)·onehot(label) + ε/V
-over the **full** vocabulary, specials included (REFERENCE_SPEC §1.6, §2.7):
+over the **full** vocabulary, specials included (docs/reference.md §1.6, §2.7):
 
     CE = -Σ_v y_s[v] · log_softmax(z)[v]
        = logsumexp(z) - (1 - ε)·z[label] - ε·mean_v(z)
@@ -33,7 +33,9 @@ from tfattn import validation
 _CONTEXT = "smoothed_cross_entropy"
 
 
-def smoothed_cross_entropy_sum(labels, logits, epsilon=0.1, pad_id=0, weights=None):
+def smoothed_cross_entropy_sum(
+    labels, logits, epsilon=0.1, pad_id=0, weights=None
+):
     """Summed label-smoothed cross-entropy and the number of counted tokens.
 
     For data-parallel training: every replica returns its local
@@ -248,7 +250,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         denominator_epsilon = validation.check_non_negative_float(
             "denominator_epsilon", denominator_epsilon, _CONTEXT
         )
-        # `__call__` reduces to the token mean itself; Keras' reduction is unused.
+        # `__call__` reduces to the token mean itself; Keras' reduction is
+        # unused.
         super().__init__(name=name, reduction="sum", dtype=dtype)
         self.epsilon = epsilon
         self.pad_id = pad_id
@@ -257,11 +260,15 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         keras_mask = getattr(y_pred, "_keras_mask", None)
         with keras.name_scope(self.name):
-            per_token, keep = _per_token(y_true, y_pred, self.epsilon, self.pad_id)
+            per_token, keep = _per_token(
+                y_true, y_pred, self.epsilon, self.pad_id
+            )
             keep = _apply_weights(keep, sample_weight)
             keep = _apply_weights(keep, keras_mask)
             loss = _divide(
-                ops.sum(per_token * keep), ops.sum(keep), self.denominator_epsilon
+                ops.sum(per_token * keep),
+                ops.sum(keep),
+                self.denominator_epsilon
             )
             return ops.cast(loss, self.dtype)
 

@@ -42,8 +42,8 @@ def build_optimizer(hp, model, mixed_precision=None, total_steps=None):
     Under `mixed_float16` it is wrapped in a `LossScaleOptimizer`.
     """
     optimizer = keras.optimizers.Adam(
-        learning_rate=learning_rate_schedule(hp, total_steps), beta_1=hp.adam_beta1,
-        beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
+        learning_rate=learning_rate_schedule(hp, total_steps),
+        beta_1=hp.adam_beta1, beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
     if mixed_precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)

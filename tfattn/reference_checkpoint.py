@@ -2,7 +2,7 @@
 (Kyubyong/transformer), into a `reference_2017` or `reference_2019`
 `tfattn.Transformer`.
 
-Variable names follow the referenced code's scopes (REFERENCE_SPEC §1.2-1.7
+Variable names follow the referenced code's scopes (docs/reference.md §1.2-1.7
 for the 2017 code at ed2deb8, §2.1-2.9 for the 2019 code at fb023bb):
 
 - 2017: `encoder/enc_embed/lookup_table`, `encoder/enc_pe/lookup_table` (the
@@ -63,7 +63,8 @@ def _norm(scope, norm, ln_names):
 
 def _feed_forward(dense_scope, norm_scope, block, flavor):
     kind, ln_names = (("conv1d", ("Variable", "Variable_1"))
-                      if flavor == "reference_2017" else ("dense", ("beta", "gamma")))
+                      if flavor == "reference_2017"
+                      else ("dense", ("beta", "gamma")))
     ffn = block.feed_forward
     names = {}
     for dense_name, dense in ((kind, ffn.inner_dense),
@@ -81,12 +82,13 @@ def variable_map(model):
     old = flavor == "reference_2017"
     ln_names = ("Variable", "Variable_1") if old else ("beta", "gamma")
     if old:
-        names = {"encoder/enc_embed/lookup_table": model.source_embedding.embeddings,
-                 "encoder/enc_pe/lookup_table": model.source_positions.embeddings,
-                 "decoder/dec_embed/lookup_table": model.target_embedding.embeddings,
-                 "decoder/dec_pe/lookup_table": model.target_positions.embeddings,
-                 "dense/kernel": model.output_dense.kernel,
-                 "dense/bias": model.output_dense.bias}
+        names = {
+            "encoder/enc_embed/lookup_table": model.source_embedding.embeddings,
+            "encoder/enc_pe/lookup_table": model.source_positions.embeddings,
+            "decoder/dec_embed/lookup_table": model.target_embedding.embeddings,
+            "decoder/dec_pe/lookup_table": model.target_positions.embeddings,
+            "dense/kernel": model.output_dense.kernel,
+            "dense/bias": model.output_dense.bias}
     else:
         names = {_MARKERS[flavor]: model.source_embedding.embeddings}
     for i, block in enumerate(model.encoder.blocks):
@@ -94,8 +96,10 @@ def variable_map(model):
         names.update(_attention(f"{scope}/multihead_attention",
                                 block.self_attention, ln_names))
         names.update(_feed_forward(
-            f"{scope}/multihead_attention" if old else f"{scope}/positionwise_feedforward",
-            f"{scope}/multihead_attention_1" if old else f"{scope}/positionwise_feedforward",
+            f"{scope}/multihead_attention" if old
+            else f"{scope}/positionwise_feedforward",
+            f"{scope}/multihead_attention_1" if old
+            else f"{scope}/positionwise_feedforward",
             block, flavor))
     for i, block in enumerate(model.decoder.blocks):
         scope = f"decoder/num_blocks_{i}"
@@ -120,7 +124,8 @@ def _reader(path):
                 "(with a `checkpoint` index file)", path, _CONTEXT)
     try:
         return prefix, tf.train.load_checkpoint(prefix)
-    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as error:
+    except (tf.errors.NotFoundError, tf.errors.DataLossError,
+            ValueError) as error:
         raise validation.invalid_argument(
             "path", "a readable TF1 checkpoint prefix (e.g. logdir/"
             "model_epoch_18_gs_30654, without .index)", path,
@@ -223,7 +228,8 @@ def from_reference_checkpoint(path, flavor=None, num_heads=8, **kwargs):
             f"{prefix} has no {_MARKERS[flavor]}", flavor, _CONTEXT)
     table = shapes[_MARKERS[flavor]]
     num_layers = len({m.group(1) for name in shapes
-                      for m in [re.match(r"encoder/num_blocks_(\d+)/", name)] if m})
+                      for m in [re.match(r"encoder/num_blocks_(\d+)/", name)]
+                      if m})
     old = flavor == "reference_2017"
     inner = ("encoder/num_blocks_0/multihead_attention/conv1d/kernel" if old
              else "encoder/num_blocks_0/positionwise_feedforward/dense/kernel")

@@ -19,12 +19,12 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     - `peak_learning_rate=None`, the paper (§5.3):
       lr = scale · num_units^-0.5 · min(s^-0.5, s · w^-1.5).
     - `peak_learning_rate=p`, the 2019 reference's `noam_scheme`
-      (REFERENCE_SPEC §2.8): lr = scale · p · w^0.5 · min(s · w^-1.5, s^-0.5),
-      which rises linearly to exactly `p` at s = w and then decays as
-      p · sqrt(w / s). `num_units` is not used then (issue #89 of the
-      reference asks why it replaces the paper's num_units^-0.5). For
-      example p = 3e-4, w = 4000: s=1 -> 7.5e-8, s=4000 -> 3e-4,
-      s=10001 -> 1.8973e-4.
+      (docs/reference.md §2.8):
+      lr = scale · p · w^0.5 · min(s · w^-1.5, s^-0.5), which rises
+      linearly to exactly `p` at s = w and then decays as p · sqrt(w / s).
+      `num_units` is not used then (issue #89 of the reference asks why it
+      replaces the paper's num_units^-0.5). For example p = 3e-4, w = 4000:
+      s=1 -> 7.5e-8, s=4000 -> 3e-4, s=10001 -> 1.8973e-4.
 
     Step numbering: Keras optimizers call the schedule with their 0-based
     iteration count (`optimizer.iterations`: 0 on the first update), and the
@@ -54,7 +54,8 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(
-        self, num_units=512, warmup_steps=4000, peak_learning_rate=None, scale=1.0
+        self, num_units=512, warmup_steps=4000, peak_learning_rate=None,
+        scale=1.0
     ):
         super().__init__()
         self.num_units = validation.check_positive_int(

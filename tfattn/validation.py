@@ -26,7 +26,8 @@ _echo = echo
 
 
 def invalid_argument(name, expected, received, context=None):
-    """Returns the ValueError for argument `name` (raise it at the call site)."""
+    """Returns the ValueError for argument `name` (raise it at the call
+    site)."""
     prefix = f"{context}: " if context else ""
     return ValueError(
         f"{prefix}Received an invalid value for argument `{name}`, expected "
@@ -85,7 +86,8 @@ def shape_of(x):
 
 
 def check_rank(name, x, rank, meaning, context=None):
-    """Checks the static rank of a tensor (or shape); `meaning` names the axes."""
+    """Checks the static rank of a tensor (or shape); `meaning` names the
+    axes."""
     shape = shape_of(x)
     if shape is None or len(shape) != rank:
         raise invalid_argument(

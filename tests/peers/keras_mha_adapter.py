@@ -15,18 +15,35 @@ from keras.src import layers as keras_layers
 
 import tfattn
 
-_OURS_ONLY = ("num_units", "dropout_rate", "causality", "flavor",
-              "query_chunk_size")
+_OURS_ONLY = (
+    "num_units",
+    "dropout_rate",
+    "causality",
+    "flavor",
+    "query_chunk_size",
+)
 
 
 @keras.saving.register_keras_serializable(package="tfattn_peers")
 class KerasAPIMultiHeadAttention(tfattn.MultiHeadAttention):
-    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0,
-                 flash_attention=None, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        flash_attention=None,
+        **kwargs,
+    ):
         for name in _OURS_ONLY:
             kwargs.pop(name, None)
-        super().__init__(num_heads=num_heads, key_dim=key_dim,
-                         value_dim=value_dim, dropout_rate=dropout, **kwargs)
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            value_dim=value_dim,
+            dropout_rate=dropout,
+            **kwargs,
+        )
 
     _query_dense = property(lambda self: self.query_dense)
     _key_dense = property(lambda self: self.key_dense)
@@ -39,24 +56,43 @@ class KerasAPIMultiHeadAttention(tfattn.MultiHeadAttention):
         super().build(query_shape, key_shape or value_shape, value_shape)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        return super().compute_output_shape(query_shape,
-                                            key_shape or value_shape,
-                                            value_shape)
+        return super().compute_output_shape(
+            query_shape, key_shape or value_shape, value_shape
+        )
 
-    def call(self, query, value, key=None, query_mask=None, value_mask=None,
-             key_mask=None, attention_mask=None, return_attention_scores=False,
-             training=None, use_causal_mask=False):
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+    ):
         key = value if key is None else key
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
         if use_causal_mask:
-            causal = ops.tril(ops.ones((ops.shape(query)[1],
-                                        ops.shape(value)[1]), "bool"))
-            attention_mask = causal if attention_mask is None else (
-                ops.logical_and(attention_mask, causal))
-        return super().call(query, key, value, attention_mask=attention_mask,
-                            training=training,
-                            return_attention_scores=return_attention_scores)
+            causal = ops.tril(
+                ops.ones((ops.shape(query)[1], ops.shape(value)[1]), "bool")
+            )
+            attention_mask = (
+                causal
+                if attention_mask is None
+                else (ops.logical_and(attention_mask, causal))
+            )
+        return super().call(
+            query,
+            key,
+            value,
+            attention_mask=attention_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -17,19 +17,38 @@ import keras
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SUITE = os.path.join(os.path.dirname(keras.__file__), "src", "layers",
-                     "attention", "multi_head_attention_test.py")
+SUITE = os.path.join(
+    os.path.dirname(keras.__file__),
+    "src",
+    "layers",
+    "attention",
+    "multi_head_attention_test.py",
+)
 
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(SUITE, os.path.join(tmp, "test_keras_mha.py"))
         with open(os.path.join(tmp, "conftest.py"), "w") as f:
-            f.write(f"import sys\nsys.path[:0] = [{ROOT!r}, {HERE!r}]\n"
-                    "import keras_mha_adapter\nkeras_mha_adapter.install()\n")
+            f.write(
+                f"import sys\nsys.path[:0] = [{ROOT!r}, {HERE!r}]\n"
+                "import keras_mha_adapter\nkeras_mha_adapter.install()\n"
+            )
         return subprocess.call(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "-W", "ignore", "-rf", "test_keras_mha.py"], cwd=tmp)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-W",
+                "ignore",
+                "-rf",
+                "test_keras_mha.py",
+            ],
+            cwd=tmp,
+        )
 
 
 if __name__ == "__main__":

@@ -127,7 +127,9 @@ def numbers_splits(
         of (digits, words) str tuples in a seeded random order.
     """
     if not isinstance(balance_lengths, bool):
-        raise invalid_argument("balance_lengths", "a Python bool", balance_lengths)
+        raise invalid_argument(
+            "balance_lengths", "a Python bool", balance_lengths
+        )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise invalid_argument("seed", "an integer", seed)
     num_validation = _check_count("num_validation", num_validation)
@@ -166,7 +168,9 @@ def numbers_splits(
     # short ones gives each length at least ~4% of the split.
     if balance_lengths:
         digits = np.char.str_len(train.astype(str))
-        train = np.repeat(train, np.asarray(_SHORT_REPEATS)[np.minimum(digits, 4)])
+        train = np.repeat(
+            train, np.asarray(_SHORT_REPEATS)[np.minimum(digits, 4)]
+        )
     train = rng.permutation(train)
 
     def pairs(values):

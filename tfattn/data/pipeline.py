@@ -167,74 +167,13 @@ def _pick_fields(dataset, source_key, target_key):
     )
 
 
-def make_batches(
-    dataset,
-    tokenizer,
-    source_key="inputs",
-    target_key="targets",
-    max_length=None,
-    batch_size=None,
-    tokens_per_batch=None,
-    bucket_by_length=True,
-    bucket_boundaries=None,
-    pad_to_max_length=False,
-    shuffle_buffer_size=None,
-    seed=None,
-    drop_remainder=False,
-    cache=False,
-):
-    """Tokenized, length-filtered, bucketed and padded training batches.
-
-    Args:
-        dataset: `tf.data.Dataset` of dicts of `tf.string` scalars (e.g.
-            Multi30k's `{'en', 'de'}` or `{'inputs', 'targets'}`) or of
-            `(source, target)` string tuples.
-        tokenizer: a `SubwordTokenizer`.
-        source_key: str. Source field of dict elements. Defaults to
-            `'inputs'`.
-        target_key: str. Target field of dict elements. Defaults to
-            `'targets'`.
-        max_length: int or None. Drop pairs whose `source` or `target_in`
-            (with eos/bos) is longer. `None` keeps everything. Required for
-            `tokens_per_batch` and `pad_to_max_length`. Defaults to `None`.
-        batch_size: int or None. Pairs per batch. Give exactly one of
-            `batch_size` and `tokens_per_batch`. Defaults to `None`.
-        tokens_per_batch: int or None. About this many tokens (batch size x
-            padded length, counting the longer of source and target) per
-            batch: each bucket's batch size is `tokens_per_batch //` its
-            longest length (`// max_length` with `pad_to_max_length`, where
-            every batch has that length). Defaults to `None`.
-        bucket_by_length: bool. Group similar lengths into batches. Without
-            it, batches keep the input order and `tokens_per_batch` gives a
-            fixed batch size of `tokens_per_batch // max_length`. Defaults
-            to `True`.
-        bucket_boundaries: list of int or None. Bucket boundaries (bucket i
-            holds lengths in `[b[i-1], b[i])`); `None` uses
-            `default_bucket_boundaries(max_length or 256)`. Defaults to
-            `None`.
-        pad_to_max_length: bool. Pad every batch to `max_length` so all
-            batches have the same sequence length (static shapes for XLA
-            and TPUs; add `drop_remainder=True` for a static batch size
-            too). Defaults to `False`.
-        shuffle_buffer_size: int or None. Shuffle tokenized pairs through a
-            buffer of this size before bucketing; `None` keeps the input order.
-            Defaults to `None`.
-        seed: int or None. Shuffle seed; with a seed the order is the same
-            on every run (and different, but reproducible, per epoch when
-            the result is repeated). Defaults to `None`.
-        drop_remainder: bool. Drop a bucket's last, smaller batch. With
-            `pad_to_max_length`, the batches then have the static shape
-            `[batch_size, max_length]` (`tokens_per_batch // max_length`
-            rows for a token budget). Defaults to `False`.
-        cache: bool. Keep the tokenized, filtered pairs in memory after the
-            first pass, so later epochs (when the result is repeated) skip
-            tokenizing; shuffling and batching still run every epoch.
-            Defaults to `False`.
-
-    Returns:
-        A prefetched `tf.data.Dataset` of `({'source': int32 [B, S],
-        'target_in': int32 [B, T]}, labels int32 [B, T])`, padded with 0.
-    """
+def _checked_arguments(dataset, tokenizer, max_length, batch_size,
+                       tokens_per_batch, bucket_by_length, bucket_boundaries,
+                       pad_to_max_length, shuffle_buffer_size, seed,
+                       drop_remainder, cache):
+    """`make_batches`' arguments checked (a ValueError naming the first bad
+    one); returns (max_length, batch_size, tokens_per_batch,
+    shuffle_buffer_size, bucket_boundaries) normalised."""
     if not isinstance(dataset, tf.data.Dataset):
         raise invalid_argument(
             "dataset", "a tf.data.Dataset", type(dataset).__name__
@@ -303,27 +242,15 @@ def make_batches(
                 bucket_boundaries,
             )
         bucket_boundaries = list(bucket_boundaries)
+    return (max_length, batch_size, tokens_per_batch, shuffle_buffer_size,
+            bucket_boundaries)
 
-    pick = _pick_fields(dataset, source_key, target_key)
 
-    def encode(*element):
-        source, target = pick(*element)
-        return encode_pair(tokenizer, source, target)
-
-    dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
-    if max_length is not None:
-        dataset = dataset.filter(
-            lambda src, tin, lab: tf.logical_and(
-                tf.size(src) <= max_length, tf.size(tin) <= max_length
-            )
-        )
-    if cache:
-        dataset = dataset.cache()
-    if shuffle_buffer_size:
-        dataset = dataset.shuffle(
-            shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True
-        )
-
+def _batched(dataset, max_length, batch_size, tokens_per_batch,
+             bucket_by_length, bucket_boundaries, pad_to_max_length,
+             drop_remainder):
+    """Encoded pairs -> padded batches (bucketed by length unless
+    `bucket_by_length` is False); see `make_batches`."""
     length = max_length if pad_to_max_length else None
     padded_shapes = ([length], [length], [length])
     padding_values = (PAD_ID, PAD_ID, PAD_ID)
@@ -369,6 +296,107 @@ def make_batches(
         dataset = dataset.map(
             lambda *xs: tuple(tf.ensure_shape(x, shape) for x in xs)
         )
+
+    return dataset
+
+
+def make_batches(
+    dataset,
+    tokenizer,
+    source_key="inputs",
+    target_key="targets",
+    max_length=None,
+    batch_size=None,
+    tokens_per_batch=None,
+    bucket_by_length=True,
+    bucket_boundaries=None,
+    pad_to_max_length=False,
+    shuffle_buffer_size=None,
+    seed=None,
+    drop_remainder=False,
+    cache=False,
+):
+    """Tokenized, length-filtered, bucketed and padded training batches.
+
+    Args:
+        dataset: `tf.data.Dataset` of dicts of `tf.string` scalars (e.g.
+            Multi30k's `{'en', 'de'}` or `{'inputs', 'targets'}`) or of
+            `(source, target)` string tuples.
+        tokenizer: a `SubwordTokenizer`.
+        source_key: str. Source field of dict elements. Defaults to
+            `'inputs'`.
+        target_key: str. Target field of dict elements. Defaults to
+            `'targets'`.
+        max_length: int or None. Drop pairs whose `source` or `target_in`
+            (with eos/bos) is longer. `None` keeps everything. Required for
+            `tokens_per_batch` and `pad_to_max_length`. Defaults to `None`.
+        batch_size: int or None. Pairs per batch. Give exactly one of
+            `batch_size` and `tokens_per_batch`. Defaults to `None`.
+        tokens_per_batch: int or None. About this many tokens (batch size x
+            padded length, counting the longer of source and target) per
+            batch: each bucket's batch size is `tokens_per_batch //` its
+            longest length (`// max_length` with `pad_to_max_length`, where
+            every batch has that length). Defaults to `None`.
+        bucket_by_length: bool. Group similar lengths into batches. Without
+            it, batches keep the input order and `tokens_per_batch` gives a
+            fixed batch size of `tokens_per_batch // max_length`. Defaults
+            to `True`.
+        bucket_boundaries: list of int or None. Bucket boundaries (bucket i
+            holds lengths in `[b[i-1], b[i])`); `None` uses
+            `default_bucket_boundaries(max_length or 256)`. Defaults to
+            `None`.
+        pad_to_max_length: bool. Pad every batch to `max_length` so all
+            batches have the same sequence length (static shapes for XLA
+            and TPUs; add `drop_remainder=True` for a static batch size
+            too). Defaults to `False`.
+        shuffle_buffer_size: int or None. Shuffle tokenized pairs through a
+            buffer of this size before bucketing; `None` keeps the input order.
+            Defaults to `None`.
+        seed: int or None. Shuffle seed; with a seed the order is the same
+            on every run (and different, but reproducible, per epoch when
+            the result is repeated). Defaults to `None`.
+        drop_remainder: bool. Drop a bucket's last, smaller batch. With
+            `pad_to_max_length`, the batches then have the static shape
+            `[batch_size, max_length]` (`tokens_per_batch // max_length`
+            rows for a token budget). Defaults to `False`.
+        cache: bool. Keep the tokenized, filtered pairs in memory after the
+            first pass, so later epochs (when the result is repeated) skip
+            tokenizing; shuffling and batching still run every epoch.
+            Defaults to `False`.
+
+    Returns:
+        A prefetched `tf.data.Dataset` of `({'source': int32 [B, S],
+        'target_in': int32 [B, T]}, labels int32 [B, T])`, padded with 0.
+    """
+    (max_length, batch_size, tokens_per_batch, shuffle_buffer_size,
+     bucket_boundaries) = _checked_arguments(
+        dataset, tokenizer, max_length, batch_size, tokens_per_batch,
+        bucket_by_length, bucket_boundaries, pad_to_max_length,
+        shuffle_buffer_size, seed, drop_remainder, cache)
+
+    pick = _pick_fields(dataset, source_key, target_key)
+
+    def encode(*element):
+        source, target = pick(*element)
+        return encode_pair(tokenizer, source, target)
+
+    dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+    if max_length is not None:
+        dataset = dataset.filter(
+            lambda src, tin, lab: tf.logical_and(
+                tf.size(src) <= max_length, tf.size(tin) <= max_length
+            )
+        )
+    if cache:
+        dataset = dataset.cache()
+    if shuffle_buffer_size:
+        dataset = dataset.shuffle(
+            shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True
+        )
+
+    dataset = _batched(dataset, max_length, batch_size, tokens_per_batch,
+                       bucket_by_length, bucket_boundaries,
+                       pad_to_max_length, drop_remainder)
 
     def to_features(src, tin, lab):
         return {"source": src, "target_in": tin}, lab

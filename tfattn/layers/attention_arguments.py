@@ -10,10 +10,12 @@ from tfattn.layers.initializers import initializer_arguments
 _CONTEXT = "MultiHeadAttention"
 
 
-def check_projections(flavor, num_units, num_heads, key_dim, value_dim,
-                      output_shape, use_bias, **options):
+def check_projections(check_paper_only, num_units, num_heads, key_dim,
+                      value_dim, output_shape, use_bias, **options):
     """Checks the projection arguments of `MultiHeadAttention` (Keras's
-    names and meanings) against each other and the flavour.
+    names and meanings) against each other and the flavour, whose
+    `check_paper_only(name, value, default, why)` (`attention_flavors`)
+    refuses what its reference fixes.
 
     Returns:
         (output_shape as a tuple of ints or None, use_bias, the resolved Keras
@@ -25,16 +27,13 @@ def check_projections(flavor, num_units, num_heads, key_dim, value_dim,
     output_shape = check_output_shape(output_shape)
     use_bias = validation.check_bool("use_bias", use_bias, _CONTEXT)
     resolved = dense_options(**options)
-    if flavor != "paper":
-        for name, value, default in (
-            ("key_dim", key_dim, None), ("value_dim", value_dim, None),
-            ("output_shape", output_shape, None), ("use_bias", use_bias, True),
-        ):
-            if value != default:
-                raise validation.invalid_argument(
-                    name, f"{default} in flavor '{flavor}', whose "
-                    "projections the reference fixes (width C, with bias, "
-                    "no output projection)", value, _CONTEXT)
+    for name, value, default in (
+        ("key_dim", key_dim, None), ("value_dim", value_dim, None),
+        ("output_shape", output_shape, None), ("use_bias", use_bias, True),
+    ):
+        check_paper_only(name, value, default, ", whose projections the "
+                         "reference fixes (width C, with bias, no output "
+                         "projection)")
     if value_dim is not None and key_dim is None:
         raise validation.invalid_argument(
             "value_dim", "None unless `key_dim` is given (without it, "
@@ -169,7 +168,8 @@ def write_cache(cache, cache_index, key, value, key_keep):
         key_keep = ops.ones(ops.shape(key)[0:1] + ops.shape(key)[2:3], "bool")
     return {
         "key": ops.slice_update(
-            cache["key"], (zero, zero, index, zero), ops.cast(key, cache["key"].dtype)
+            cache["key"], (zero, zero, index, zero),
+            ops.cast(key, cache["key"].dtype),
         ),
         "value": ops.slice_update(
             cache["value"], (zero, zero, index, zero),
@@ -179,27 +179,16 @@ def write_cache(cache, cache_index, key, value, key_keep):
     }
 
 
-def check_values_allowed(layer, values_shape):
-    """`values` is refused by `reference_2017` (V comes from the keys)."""
-    if layer.flavor == "reference_2017":
-        raise validation.invalid_argument(
-            "values",
-            "None in flavor 'reference_2017', whose V is projected from "
-            "the keys as in the referenced code (use flavor "
-            "'reference_2019' or 'paper' for separate values)",
-            f"<tensor of shape {validation.shape_of(values_shape)}>",
-            _CONTEXT,
-        )
-
-
 def check_inputs(
     layer, queries, keys, values, key_masks, attention_mask, padding_mask,
     cache, cache_index,
 ):
     """Ranks, batch and length agreement, masks and cache of a call."""
-    q_shape = validation.check_rank("queries", queries, 3, "[B, T_q, C]", _CONTEXT)
+    q_shape = validation.check_rank(
+        "queries", queries, 3, "[B, T_q, C]", _CONTEXT)
     k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", _CONTEXT)
-    v_shape = validation.check_rank("values", values, 3, "[B, T_k, C]", _CONTEXT)
+    v_shape = validation.check_rank(
+        "values", values, 3, "[B, T_k, C]", _CONTEXT)
     batch, t_q, t_k = q_shape[0], q_shape[1], k_shape[1]
     for name, shape in (("keys", k_shape), ("values", v_shape)):
         if None not in (batch, shape[0]) and shape[0] != batch:
@@ -216,23 +205,16 @@ def check_inputs(
             f"<tensor of shape {v_shape}>",
             _CONTEXT,
         )
-    if key_masks is not None:
-        if layer.flavor != "reference_2019":
-            raise validation.invalid_argument(
-                "key_masks",
-                "None outside flavor 'reference_2019' (its True = padding "
-                "polarity is that reference's; pass `attention_mask`, "
-                "True = may attend, or Keras implicit masks instead)",
-                f"<tensor of shape {validation.shape_of(key_masks)}>",
-                _CONTEXT,
-            )
-        check_mask("key_masks", key_masks, (batch, t_k), "[B, T_k]")
+    layer._flavor_steps.check_key_masks(key_masks, batch, t_k)
     if cache is not None:
         t_k = check_cache(layer, cache, cache_index, batch)
     if attention_mask is not None:
-        check_attention_mask(attention_mask, (batch, layer.num_heads, t_q, t_k))
+        check_attention_mask(
+            attention_mask, (batch, layer.num_heads, t_q, t_k))
     if padding_mask is not None:
-        check_mask("padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
+        check_mask(
+            "padding_mask", padding_mask, (batch, k_shape[1]), "[B, T_k]")
+
 
 def check_cache(layer, cache, cache_index, batch):
     """Checks a cache against this layer; returns its key length."""

@@ -11,8 +11,11 @@ Scoring functions s(k, q), per head:
 |---|---|---|
 | `"dot"` | kᵀq (d_k = d_q) | none |
 | `"scaled_dot"` | kᵀq / sqrt(d_k) (d_k = d_q) | none |
-| `"additive"` | vᵀ tanh(W k + U q) | `key_dense` (W: d_k -> units, no bias), `query_dense` (U: d_q -> units, no bias), `score_dense` (v: units -> 1, no bias) |
+| `"additive"` | vᵀ tanh(W k + U q) | W, U, v (below) |
 | `"bilinear"` | kᵀ W q | `bilinear_kernel` [d_k, d_q] |
+
+The additive weights, without biases: `key_dense` (W: d_k -> units),
+`query_dense` (U: d_q -> units), `score_dense` (v: units -> 1).
 
 With `num_heads > 1` the query, key and value widths are split into heads
 (head i takes channels [i·d, (i+1)·d), as in `MultiHeadAttention`) and the
@@ -87,7 +90,8 @@ class ScoredAttentionBase(keras.layers.Layer):
         if self.score == "additive":
             units = self.units or d_k
             self.key_dense = keras.layers.Dense(
-                units, use_bias=False, name="key_dense", dtype=self.dtype_policy)
+                units, use_bias=False, name="key_dense",
+                dtype=self.dtype_policy)
             self.key_dense.build((None, d_k))
             self.query_dense = keras.layers.Dense(
                 units, use_bias=False, name="query_dense",

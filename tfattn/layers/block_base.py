@@ -11,7 +11,7 @@ from tfattn.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
 # Layer-norm epsilon when none is given: the references put 1e-8 inside the
-# square root (REFERENCE_SPEC §1.1, §2.1); the paper names none, and 1e-6 is
+# square root (docs/reference.md §1.1, §2.1); the paper names none, and 1e-6 is
 # what tensor2tensor and the Model Garden use.
 REFERENCE_EPSILON = 1e-8
 PAPER_EPSILON = 1e-6
@@ -37,7 +37,8 @@ def block_arguments(
     validation.check_positive_int("ffn_units", ffn_units, context)
     validation.check_rate("dropout_rate", dropout_rate, context)
     if attention_dropout_rate is not None:
-        validation.check_rate("attention_dropout_rate", attention_dropout_rate, context)
+        validation.check_rate(
+            "attention_dropout_rate", attention_dropout_rate, context)
     validation.check_choice("flavor", flavor, FLAVORS, context)
     validation.check_bool("normalize_first", normalize_first, context)
     if normalize_first and flavor != "paper":
@@ -49,9 +50,11 @@ def block_arguments(
             context,
         )
     if layer_norm_epsilon is not None:
-        if not (isinstance(layer_norm_epsilon, float) and layer_norm_epsilon > 0):
+        if not (isinstance(layer_norm_epsilon, float)
+                and layer_norm_epsilon > 0):
             raise validation.invalid_argument(
-                "layer_norm_epsilon", "a float > 0 or None", layer_norm_epsilon, context
+                "layer_norm_epsilon", "a float > 0 or None",
+                layer_norm_epsilon, context,
             )
     return dict(
         num_heads=num_heads,
@@ -71,7 +74,8 @@ def resolved_epsilon(flavor, layer_norm_epsilon):
 
 
 def resolved_attention_dropout(dropout_rate, attention_dropout_rate):
-    return dropout_rate if attention_dropout_rate is None else attention_dropout_rate
+    return (dropout_rate if attention_dropout_rate is None
+            else attention_dropout_rate)
 
 
 class BlockBase(keras.layers.Layer):
@@ -80,7 +84,7 @@ class BlockBase(keras.layers.Layer):
     Paper flavour, post-norm (the paper): x = LN(x + dropout(sublayer(x))).
     Paper flavour, pre-norm (`normalize_first=True`):
     x = x + dropout(sublayer(LN(x))). Reference flavours: the attention
-    sublayer adds its own residual and norm (REFERENCE_SPEC §1.4 steps
+    sublayer adds its own residual and norm (docs/reference.md §1.4 steps
     13-14), the feed-forward sublayer is x = LN(x + FF(x)) (§1.5, §2.6), and
     there is no residual dropout (§1.7 "Dropout sites").
     """
@@ -146,7 +150,8 @@ class BlockBase(keras.layers.Layer):
 
     def _dropout(self, name):
         return keras.layers.Dropout(
-            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy, name=name
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy,
+            name=name,
         )
 
     def _build_feed_forward(self, input_shape):
@@ -204,13 +209,16 @@ class BlockBase(keras.layers.Layer):
 
     def _feed_forward_sublayer(self, x, training):
         if self.flavor != "paper":
-            return self.feed_forward_layer_norm(x + self.feed_forward(x, training=training))
+            return self.feed_forward_layer_norm(
+                x + self.feed_forward(x, training=training))
         dropout = self.feed_forward_dropout
         if self.normalize_first:
-            inner = self.feed_forward(self.feed_forward_layer_norm(x), training=training)
+            inner = self.feed_forward(self.feed_forward_layer_norm(x),
+                                      training=training)
             return x + dropout(inner, training=training)
         inner = self.feed_forward(x, training=training)
-        return self.feed_forward_layer_norm(x + dropout(inner, training=training))
+        return self.feed_forward_layer_norm(
+            x + dropout(inner, training=training))
 
     def get_config(self):
         config = super().get_config()

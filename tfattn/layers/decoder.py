@@ -41,7 +41,8 @@ class Decoder(Encoder):
     _context = "Decoder"
 
     def __init__(self, use_cross_attention=True, **kwargs):
-        validation.check_bool("use_cross_attention", use_cross_attention, self._context)
+        validation.check_bool(
+            "use_cross_attention", use_cross_attention, self._context)
         super().__init__(**kwargs)
         self.use_cross_attention = use_cross_attention
 
@@ -83,7 +84,8 @@ class Decoder(Encoder):
             result = block(
                 x, memory=memory, padding_mask=padding_mask,
                 memory_padding_mask=memory_padding_mask, training=training,
-                cache=None if cache is None else cache[i], cache_index=cache_index,
+                cache=None if cache is None else cache[i],
+                cache_index=cache_index,
                 return_attention_scores=return_attention_scores,
             )
             result = list(result) if isinstance(result, tuple) else [result]
@@ -104,16 +106,20 @@ class Decoder(Encoder):
             results += (new_cache,)
         return results[0] if len(results) == 1 else results
 
-    def init_cache(self, batch_size, max_length, memory=None, memory_padding_mask=None):
+    def init_cache(self, batch_size, max_length, memory=None,
+                   memory_padding_mask=None):
         """One cache per block (see `DecoderBlock.init_cache`), as a list."""
         return [
-            block.init_cache(batch_size, max_length, memory, memory_padding_mask)
+            block.init_cache(
+                batch_size, max_length, memory, memory_padding_mask)
             for block in self.blocks
         ]
 
     def _check_cache(self, cache):
-        if not isinstance(cache, (list, tuple)) or len(cache) != self.num_layers:
-            got = len(cache) if isinstance(cache, (list, tuple)) else type(cache).__name__
+        if (not isinstance(cache, (list, tuple))
+                or len(cache) != self.num_layers):
+            got = (len(cache) if isinstance(cache, (list, tuple))
+                   else type(cache).__name__)
             raise validation.invalid_argument(
                 "cache",
                 f"a list of {self.num_layers} per-block caches from this "

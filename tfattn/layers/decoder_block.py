@@ -1,4 +1,5 @@
-"""`DecoderBlock`: masked self-attention, encoder-decoder attention, feed-forward."""
+"""`DecoderBlock`: masked self-attention, encoder-decoder attention,
+feed-forward."""
 
 import keras
 import tensorflow as tf
@@ -70,7 +71,8 @@ class DecoderBlock(BlockBase):
         self.self_attention.build(x_shape)
         self._build_paper_wiring("self_attention", x_shape)
         if self.use_cross_attention:
-            self.cross_attention = self._attention("cross_attention", causality=False)
+            self.cross_attention = self._attention("cross_attention",
+                                                   causality=False)
             self.cross_attention.build(x_shape, memory_shape or x_shape)
             self._build_paper_wiring("cross_attention", x_shape)
         self._build_feed_forward(x_shape)
@@ -96,7 +98,8 @@ class DecoderBlock(BlockBase):
                 raise validation.invalid_argument(
                     "encoder_padding_mask", "None when `memory_padding_mask` "
                     "is given (keras-hub's name for the same mask)",
-                    f"<tensor of shape {validation.shape_of(encoder_padding_mask)}>",
+                    "<tensor of shape "
+                    f"{validation.shape_of(encoder_padding_mask)}>",
                     self._context)
             memory_padding_mask = encoder_padding_mask
         if padding_mask is None:
@@ -128,7 +131,8 @@ class DecoderBlock(BlockBase):
             results += (dict(cache, self=self_cache),)
         return results[0] if len(results) == 1 else results
 
-    def init_cache(self, batch_size, max_length, memory=None, memory_padding_mask=None):
+    def init_cache(self, batch_size, max_length, memory=None,
+                   memory_padding_mask=None):
         """A cache for decoding up to `max_length` positions.
 
         Returns:
@@ -162,7 +166,8 @@ class DecoderBlock(BlockBase):
                     "memory", "None for a block built with "
                     "use_cross_attention=False, or first called without "
                     "memory (a GPT-style decoder)",
-                    f"<tensor of shape {validation.shape_of(memory)}>", self._context,
+                    f"<tensor of shape {validation.shape_of(memory)}>",
+                    self._context,
                 )
         elif memory is None and cache is None:
             raise validation.invalid_argument(

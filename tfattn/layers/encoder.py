@@ -47,7 +47,8 @@ class Encoder(BlockBase):
 
     def build(self, x_shape):
         self.blocks = [
-            EncoderBlock(**self._block_config(), dtype=self.dtype_policy, name=f"block_{i}")
+            EncoderBlock(**self._block_config(), dtype=self.dtype_policy,
+                         name=f"block_{i}")
             for i in range(self.num_layers)
         ]
         for block in self.blocks:

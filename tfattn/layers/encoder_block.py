@@ -16,7 +16,7 @@ class EncoderBlock(BlockBase):
     `LN(x + dropout(sublayer(x)))` for both sublayers, or pre-norm with
     `normalize_first=True`; the references' `MultiHeadAttention` (residual
     and norm inside) followed by `LN(x + FF(x))`, without residual dropout
-    (REFERENCE_SPEC §1.7 steps 6, §2.9 step 5).
+    (docs/reference.md §1.7 steps 6, §2.9 step 5).
 
     Args:
         num_heads: int. Defaults to `8`.

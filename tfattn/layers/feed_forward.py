@@ -24,7 +24,7 @@ class FeedForward(keras.layers.Layer):
     - `outer_dense`: Dense(C_out) with bias and no activation.
 
     Kernels are Glorot-uniform and biases zero, as in both references: the
-    2017 `feedforward` (conv1d with kernel size 1, REFERENCE_SPEC §1.5) and
+    2017 `feedforward` (conv1d with kernel size 1, docs/reference.md §1.5) and
     the 2019 `ff` (§2.6). Neither reference has dropout here (the default
     `dropout_rate=0.0` reproduces them); the paper's T2T code does. There is
     no residual and no layer norm inside: the encoder and decoder blocks add
@@ -70,7 +70,8 @@ class FeedForward(keras.layers.Layer):
         bias_initializer="zeros",
         **kwargs,
     ):
-        ffn_units = validation.check_positive_int("ffn_units", ffn_units, _CONTEXT)
+        ffn_units = validation.check_positive_int(
+            "ffn_units", ffn_units, _CONTEXT)
         initializers = initializer_arguments(
             _CONTEXT, kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer)
@@ -87,7 +88,8 @@ class FeedForward(keras.layers.Layer):
                 activation,
                 _CONTEXT,
             ) from error
-        dropout_rate = validation.check_rate("dropout_rate", dropout_rate, _CONTEXT)
+        dropout_rate = validation.check_rate(
+            "dropout_rate", dropout_rate, _CONTEXT)
         if seed is not None and (
             isinstance(seed, bool) or not isinstance(seed, int)
         ):

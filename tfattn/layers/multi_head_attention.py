@@ -9,6 +9,8 @@ from keras.src import backend as keras_backend
 from tfattn import validation
 from tfattn.layers import attention_arguments as arguments
 from tfattn.layers import attention_axes as axes_lib
+from tfattn.layers import attention_flavors
+from tfattn.layers.attention_cache import AttentionCacheMixin
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.ops import attention as attention_ops
@@ -19,7 +21,7 @@ _CONTEXT = "MultiHeadAttention"
 
 
 @keras.saving.register_keras_serializable(package="tfattn")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
     """Multi-head attention: the paper's, or Kyubyong/transformer's, exactly.
 
     Shapes: B = batch, T_q = query length, T_k = key length, C = `num_units`,
@@ -37,7 +39,7 @@ class MultiHeadAttention(keras.layers.Layer):
       those Keras returns; at a query that sees no key its output differs
       from that of Keras's default call (below).
     - `"reference_2017"`: `multihead_attention` of the 2017 code, final state
-      ed2deb8 (REFERENCE_SPEC §1.4, "G1b"). ReLU projections with bias, V
+      ed2deb8 (docs/reference.md §1.4, "G1b"). ReLU projections with bias, V
       projected from the *keys*; keys and queries whose input rows are all
       zeros are masked (scores replaced by -2**32+1, query rows zeroed after
       the softmax); no output projection; residual with the raw queries, then
@@ -46,6 +48,13 @@ class MultiHeadAttention(keras.layers.Layer):
       fb023bb (§2.4-2.5, "G2c"). Linear projections with bias; `key_masks`
       (True = padding) added as `key_masks * (-2**32+1)`; no query mask; no
       output projection; residual and layer norm with epsilon 1e-8.
+
+    Each flavour is a class of steps (`attention_flavors`): `PaperFlavor`,
+    and `Reference2017Flavor` / `Reference2019Flavor` overriding the steps
+    their reference changes (key mask, score and query masks, the ending,
+    the projections' activation). The constructor picks the class once;
+    the layer stays this one class for every flavour, so its config (with
+    `flavor`), serialization and `.keras` files are unchanged.
 
     Masks. `attention_mask` uses the Keras polarity (True = may attend) in
     every flavour. `key_masks` belongs to `reference_2019` and keeps *that
@@ -124,7 +133,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Call arguments:
         queries: [B, T_q, C_q] (or [B, d_1, ..., d_n, C_q], paper flavour).
-        keys: [B, T_k, C_k], of the queries' rank. Defaults to `queries` (self-attention).
+        keys: [B, T_k, C_k], of the queries' rank. Defaults to `queries`
+            (self-attention).
         values: [B, T_k, C_v]. Defaults to `keys`. Not accepted by
             `reference_2017`, whose V is projected from the keys.
         key_masks: bool [B, T_k], True = padding (`reference_2019` only).
@@ -186,15 +196,18 @@ class MultiHeadAttention(keras.layers.Layer):
         use_gate=False,
         **kwargs,
     ):
-        num_heads = validation.check_positive_int("num_heads", num_heads, _CONTEXT)
+        num_heads = validation.check_positive_int(
+            "num_heads", num_heads, _CONTEXT)
         flavor = validation.check_choice("flavor", flavor, FLAVORS, _CONTEXT)
+        steps = attention_flavors.of(flavor)
         output_shape, use_bias, dense_options = arguments.check_projections(
-            flavor, num_units, num_heads, key_dim, value_dim, output_shape,
-            use_bias, kernel_initializer=kernel_initializer,
+            steps.check_paper_only, num_units, num_heads, key_dim, value_dim,
+            output_shape, use_bias, kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
             kernel_regularizer=kernel_regularizer,
             bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
         )
         if query_chunk_size not in (None, "auto"):
             validation.check_positive_int(
@@ -205,22 +218,19 @@ class MultiHeadAttention(keras.layers.Layer):
                 "num_units", num_units, _CONTEXT
             )
             arguments.check_divisible(num_units, num_heads)
-        dropout_rate = validation.check_rate("dropout_rate", dropout_rate, _CONTEXT)
+        dropout_rate = validation.check_rate(
+            "dropout_rate", dropout_rate, _CONTEXT)
         causality = validation.check_bool("causality", causality, _CONTEXT)
         if sliding_window is not None:
             validation.check_positive_int("sliding_window", sliding_window,
                                           _CONTEXT)
-            if flavor != "paper":
-                raise validation.invalid_argument(
-                    "sliding_window", f"None in flavor '{flavor}' (the "
-                    "referenced code attends over every key)",
-                    sliding_window, _CONTEXT)
+            steps.check_paper_only(
+                "sliding_window", sliding_window, None,
+                " (the referenced code attends over every key)")
         attention_axes = axes_lib.check_attention_axes(attention_axes, flavor)
         use_gate = validation.check_bool("use_gate", use_gate, _CONTEXT)
-        if use_gate and flavor != "paper":
-            raise validation.invalid_argument(
-                "use_gate", f"False in flavor '{flavor}' (the referenced code "
-                "has no gate)", use_gate, _CONTEXT)
+        steps.check_paper_only("use_gate", use_gate, False,
+                               " (the referenced code has no gate)")
         super().__init__(**kwargs)
         self.attention_axes = attention_axes
         self.use_gate = use_gate
@@ -235,6 +245,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout_rate = dropout_rate
         self.causality = causality
         self.flavor = flavor
+        # The flavour's steps (`attention_flavors`), chosen once here.
+        self._flavor_steps = steps
         self.seed = seed
         self.query_chunk_size = query_chunk_size
         self.sliding_window = sliding_window
@@ -243,35 +255,22 @@ class MultiHeadAttention(keras.layers.Layer):
     def build(self, queries_shape, keys_shape=None, values_shape=None):
         keys_shape = queries_shape if keys_shape is None else keys_shape
         if values_shape is not None:
-            arguments.check_values_allowed(self, values_shape)
+            self._flavor_steps.check_values_allowed(values_shape)
         else:
             values_shape = keys_shape
         self.input_rank = self._check_shapes(queries_shape, keys_shape,
                                              values_shape)
         units, value_units, output_units = self._widths(queries_shape)
         arguments.check_divisible(units, self.num_heads)
-        if self.flavor != "paper" and units != queries_shape[-1]:
-            raise validation.invalid_argument(
-                "num_units",
-                f"the queries' width {queries_shape[-1]} in flavor "
-                f"'{self.flavor}', whose residual adds the queries",
-                self.num_units,
-                _CONTEXT,
-            )
+        self._flavor_steps.check_widths(units, queries_shape,
+                                        self.num_units)
         self.units = units
         self.value_units = value_units
-
-        def dense(width, name):
-            return keras.layers.Dense(
-                width, name=name, use_bias=self.use_bias,
-                activation="relu" if self.flavor == "reference_2017" else None,
-                dtype=self.dtype_policy, **self._dense_options())
-
-        self.query_dense = dense(units, "query_dense")
+        self.query_dense = self._projection(units, "query_dense")
         self.query_dense.build(queries_shape)
-        self.key_dense = dense(units, "key_dense")
+        self.key_dense = self._projection(units, "key_dense")
         self.key_dense.build(keys_shape)
-        self.value_dense = dense(value_units, "value_dense")
+        self.value_dense = self._projection(value_units, "value_dense")
         self.value_dense.build(values_shape)
         if self.use_gate:
             self.gate_dense = keras.layers.Dense(
@@ -279,14 +278,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 activation="sigmoid", dtype=self.dtype_policy,
                 **self._dense_options())
             self.gate_dense.build(queries_shape)
-        if self.flavor == "paper":
-            self.output_dense = dense(output_units, "output_dense")
-            self.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
-        else:
-            self.layer_norm = keras.layers.LayerNormalization(
-                epsilon=1e-8, dtype=self.dtype_policy, name="layer_norm"
-            )
-            self.layer_norm.build(queries_shape)
+        self._flavor_steps.build_ending(self, queries_shape, value_units,
+                                        output_units)
         self.attention_dropout = keras.layers.Dropout(
             self.dropout_rate,
             seed=self.seed,
@@ -294,6 +287,13 @@ class MultiHeadAttention(keras.layers.Layer):
             name="attention_dropout",
         )
         self.built = True
+
+    def _projection(self, width, name):
+        """A Dense projection to `width` of the flavour's activation."""
+        return keras.layers.Dense(
+            width, name=name, use_bias=self.use_bias,
+            activation=self._flavor_steps.projection_activation,
+            dtype=self.dtype_policy, **self._dense_options())
 
     def call(
         self,
@@ -309,7 +309,7 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index=None,
     ):
         if values is not None:
-            arguments.check_values_allowed(self, values.shape)
+            self._flavor_steps.check_values_allowed(values.shape)
         keys = queries if keys is None else keys
         values = keys if values is None else values
         rank = self._check_shapes(queries.shape, keys.shape, values.shape)
@@ -318,10 +318,12 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise validation.invalid_argument(
                     "cache", "None for inputs of rank > 3 (incremental "
                     "decoding works on [B, T, C])", "<a cache>", _CONTEXT)
-            fold = axes_lib.Fold(rank, axes_lib.resolve(self.attention_axes, rank))
+            fold = axes_lib.Fold(
+                rank, axes_lib.resolve(self.attention_axes, rank))
             return self._output_shaped(fold.attend(
                 self._attend, self.num_heads, queries, keys, values,
-                attention_mask, padding_mask, training, return_attention_scores))
+                attention_mask, padding_mask, training,
+                return_attention_scores))
         arguments.check_inputs(
             self, queries, keys, values, key_masks, attention_mask,
             padding_mask, cache, cache_index,
@@ -342,55 +344,24 @@ class MultiHeadAttention(keras.layers.Layer):
     def _attend(self, queries, keys, values, key_masks, attention_mask,
                 padding_mask, training, return_attention_scores, cache,
                 cache_index):
-        """Attention over [B, T, C] inputs whose arguments are checked."""
-        query_offset = 0
-        if cache is not None and cache_index is None:
-            # Cross-attention over keys projected once (`precompute_cache`).
-            query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
-            key, value, key_keep = cache["key"], cache["value"], cache["keep"]
-        else:
-            query = attention_ops.split_heads(self.query_dense(queries), self.num_heads)
-            key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
-            value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
-            key_keep = self._key_keep(keys, values, key_masks, padding_mask)
-            if cache is not None:
-                cache = arguments.write_cache(cache, cache_index, key, value, key_keep)
-                key, value, key_keep = cache["key"], cache["value"], cache["keep"]
-                query_offset = cache_index
+        """Attention over [B, T, C] inputs whose arguments are checked.
 
-        causal = None  # Every [T_q, T_k] position mask: causal, band.
-        if self.causality:
-            causal = masking.causal_mask(
-                ops.shape(query)[2], ops.shape(key)[2], query_offset
-            )
-        if self.sliding_window is not None:
-            band = masking.sliding_window_mask(
-                ops.shape(query)[2], ops.shape(key)[2], self.sliding_window,
-                query_offset)
-            causal = band if causal is None else ops.logical_and(causal, band)
-        bias = probs_multiplier = None
-        if self.flavor == "reference_2019":
-            # The 2019 reference adds key_masks * P instead of replacing.
-            if key_keep is not None:
-                bias = masking.reference_key_mask_bias(ops.logical_not(key_keep))
-            mask = masking.as_score_mask(attention=attention_mask, causal=causal)
-        else:
-            query_keep = None
-            if self.flavor == "paper":
-                query_keep = masking.implicit_mask(queries)
-            mask = masking.as_score_mask(
-                padding=key_keep,
-                query_padding=query_keep,
-                attention=attention_mask,
-                causal=causal,
-            )
-            if self.flavor == "reference_2017":
-                query_keep = ops.cast(masking.nonzero_rows(queries), "float32")
-                probs_multiplier = query_keep[:, None, :, None]
-
+        Returns `call`'s results for these inputs: the output [B, T_q, O],
+        then the weights [B, H, T_q, T_k] if asked, then the cache if given.
+        """
+        query = attention_ops.split_heads(self.query_dense(queries),
+                                          self.num_heads)
+        key, value, key_keep, cache, query_offset = self._keys_and_values(
+            keys, values, key_masks, padding_mask, cache, cache_index)
+        positions = self._position_mask(
+            ops.shape(query)[2], ops.shape(key)[2], query_offset)
+        mask, bias, probs_multiplier = self._flavor_steps.score_masks(
+            queries, key_keep, attention_mask, positions)
         dropout = None
-        if self.dropout_rate > 0 and training is not None and training is not False:
-            dropout = lambda w: self.attention_dropout(w, training=training)  # noqa: E731
+        if (self.dropout_rate > 0 and training is not None
+                and training is not False):
+            dropout = lambda w: self.attention_dropout(  # noqa: E731
+                w, training=training)
         output, weights = attention_ops.scaled_dot_product_attention(
             query,
             key,
@@ -401,18 +372,10 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout=dropout,
             query_chunk_size=self.query_chunk_size,
             return_weights=return_attention_scores,
-            # A query with no visible key: all-zero weights, as Keras 3.15's
-            # explicit path (its fused default path gives uniform ones); the
-            # referenced code gives uniform ones (spec §5).
-            fully_masked="zero" if self.flavor == "paper" else "uniform",
+            fully_masked=self._flavor_steps.fully_masked,
         )
-        output = attention_ops.merge_heads(output)
-        if self.use_gate:
-            output = output * self.gate_dense(queries)
-        if self.flavor == "paper":
-            output = self.output_dense(output)
-        else:
-            output = self.layer_norm(output + ops.cast(queries, output.dtype))
+        output = self._flavor_steps.output(
+            self, attention_ops.merge_heads(output), queries)
         results = (output,)
         if return_attention_scores:
             results += (weights,)
@@ -420,54 +383,17 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
-    def _key_keep(self, keys, values, key_masks, padding_mask):
-        """The keys' keep-mask [B, T_k] (True = real key), or None."""
-        if self.flavor == "reference_2017":
-            keep = masking.nonzero_rows(keys)
-        elif self.flavor == "reference_2019":
-            if key_masks is not None:
-                keep = ops.logical_not(key_masks)
-            else:
-                keep = masking.implicit_mask(keys)
-        else:
-            keep = masking.implicit_mask(keys)
-            if keep is None:
-                keep = masking.implicit_mask(values)
-        return masking.combine_masks(keep, padding_mask)
-
-    def init_cache(self, batch_size, max_length):
-        """An empty self-attention cache for incremental decoding.
-
-        Returns:
-            dict with "key" and "value" [B, H, max_length, d] zeros in the
-            compute dtype, and "keep" bool [B, max_length] all False. Pass it
-            as `cache` with `cache_index` = the position of the first query;
-            the layer writes the new keys there and returns the updated cache.
-        """
-        shape = (batch_size, self.num_heads, max_length, self.units // self.num_heads)
-        value_shape = shape[:3] + (self.value_units // self.num_heads,)
-        return {
-            "key": ops.zeros(shape, self.compute_dtype),
-            "value": ops.zeros(value_shape, self.compute_dtype),
-            "keep": ops.zeros((batch_size, max_length), "bool"),
-        }
-
-    def precompute_cache(self, keys, values=None, key_masks=None, padding_mask=None):
-        """Projects fixed keys/values once (cross-attention over a memory).
-
-        Returns:
-            dict with "key" and "value" [B, H, T_k, d] and "keep" bool
-            [B, T_k]; pass it as `cache` with `cache_index=None`.
-        """
-        values = keys if values is None else values
-        if values is not keys:
-            arguments.check_values_allowed(self, values.shape)
-        key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
-        value = attention_ops.split_heads(self.value_dense(values), self.num_heads)
-        keep = self._key_keep(keys, values, key_masks, padding_mask)
-        if keep is None:
-            keep = ops.ones(ops.shape(keys)[:2], "bool")
-        return {"key": key, "value": value, "keep": keep}
+    def _position_mask(self, query_length, key_length, query_offset):
+        """The [T_q, T_k] keep-mask of positions (causal, sliding band), or
+        None."""
+        causal = None
+        if self.causality:
+            causal = masking.causal_mask(query_length, key_length, query_offset)
+        if self.sliding_window is not None:
+            band = masking.sliding_window_mask(
+                query_length, key_length, self.sliding_window, query_offset)
+            causal = band if causal is None else ops.logical_and(causal, band)
+        return causal
 
     def _widths(self, queries_shape):
         """(query/key width H·d_k, value width H·d_v, output width)."""
@@ -489,7 +415,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return fresh_initializers(
             {name: getattr(self, name) for name in arguments.DENSE_OPTIONS})
 
-    def compute_output_shape(self, queries_shape, keys_shape=None, values_shape=None):
+    def compute_output_shape(self, queries_shape, keys_shape=None,
+                             values_shape=None):
         keys_shape = queries_shape if keys_shape is None else keys_shape
         values_shape = keys_shape if values_shape is None else values_shape
         self._check_shapes(queries_shape, keys_shape, values_shape)

@@ -1,4 +1,5 @@
-"""`PositionalEncoding`: sinusoid (paper / 2017 variant) or learned positions."""
+"""`PositionalEncoding`: sinusoid (paper / 2017 variant) or learned
+positions."""
 
 import numbers
 
@@ -16,7 +17,8 @@ _CONTEXT = "PositionalEncoding"
 
 
 def sinusoid_table(max_length, num_units):
-    """The paper's sinusoid table [max_length, C], float32 (REFERENCE_SPEC §2.3).
+    """The paper's sinusoid table [max_length, C], float32
+    (docs/reference.md §2.3).
 
     angle(pos, j) = pos / 10000^((j - j mod 2) / C); even j -> sin, odd j ->
     cos. Computed in float64, returned as float32.
@@ -28,7 +30,7 @@ def sinusoid_table(max_length, num_units):
 
 
 def sinusoid_2017_table(max_length, num_units):
-    """The 2017 code's final sinusoid table (REFERENCE_SPEC §1.3, a6f2fc3).
+    """The 2017 code's final sinusoid table (docs/reference.md §1.3, a6f2fc3).
 
     angle(pos, j) = pos / 10000^(2·j / C): the exponent uses 2·j, not the
     paper's 2·floor(j/2), so frequencies fall twice as fast and an odd column
@@ -110,7 +112,8 @@ class PositionalEncoding(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, kind="sinusoid", max_length=512, padding_mode=None, **kwargs):
+    def __init__(self, kind="sinusoid", max_length=512, padding_mode=None,
+                 **kwargs):
         kind = validation.check_choice("kind", kind, KINDS, _CONTEXT)
         max_length = validation.check_positive_int(
             "max_length", max_length, _CONTEXT
@@ -143,7 +146,8 @@ class PositionalEncoding(keras.layers.Layer):
                 trainable=True,
             )
         else:
-            make = sinusoid_table if self.kind == "sinusoid" else sinusoid_2017_table
+            make = (sinusoid_table if self.kind == "sinusoid"
+                    else sinusoid_2017_table)
             # An eager constant (init_scope lifts it out of any graph being
             # traced), captured by the graphs that use it; not a weight.
             with tf.init_scope():
@@ -175,7 +179,8 @@ class PositionalEncoding(keras.layers.Layer):
         if self.padding_mode == "reference_2019":
             return x + ops.where(ops.equal(x, 0), ops.zeros((), x.dtype), pe)
         if self.padding_mode == "reference_2017":
-            keep = ops.sign(ops.sum(ops.abs(x), axis=-1, keepdims=True))  # [B, T, 1]
+            # [B, T, 1]
+            keep = ops.sign(ops.sum(ops.abs(x), axis=-1, keepdims=True))
             return (x + pe) * keep
         return x + pe
 
@@ -212,7 +217,8 @@ class PositionalEncoding(keras.layers.Layer):
         static_start = 0 if tf.is_tensor(start) else start
         if isinstance(length, int) and length + static_start > self.max_length:
             raise ValueError(
-                self._too_long_message(length, static_start, tf.is_tensor(start))
+                self._too_long_message(length, static_start,
+                                       tf.is_tensor(start))
                 + f" Received: x=<tensor of shape {shape}>"
             )
         if isinstance(length, int) and not tf.is_tensor(start):
@@ -250,7 +256,8 @@ class PositionalEncoding(keras.layers.Layer):
         else:
             received = f"received a sequence of length {length}"
             if start or dynamic_start:
-                where = "start_index" if dynamic_start else f"start_index={start}"
+                where = ("start_index" if dynamic_start
+                         else f"start_index={start}")
                 received += f" starting at {where}"
             fix = (
                 f"construct {_CONTEXT}(max_length=>={length + start}) to "

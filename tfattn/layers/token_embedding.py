@@ -18,7 +18,7 @@ class TokenEmbedding(keras.layers.Layer):
 
     Looks token ids up in one table of shape [V, C] and multiplies the rows by
     sqrt(C) (`scale=True`). This is `embedding(..., zero_pad=True,
-    scale=True)` of the 2017 code (REFERENCE_SPEC §1.2) and
+    scale=True)` of the 2017 code (docs/reference.md §1.2) and
     `get_token_embeddings` followed by the `* sqrt(d_model)` of the 2019 code
     (§2.2), which is also the paper's scaling.
 
@@ -76,7 +76,9 @@ class TokenEmbedding(keras.layers.Layer):
         vocab_size = validation.check_positive_int(
             "vocab_size", vocab_size, _CONTEXT
         )
-        num_units = validation.check_positive_int("num_units", num_units, _CONTEXT)
+        num_units = validation.check_positive_int(
+            "num_units", num_units, _CONTEXT
+        )
         zero_pad = validation.check_bool("zero_pad", zero_pad, _CONTEXT)
         scale = validation.check_bool("scale", scale, _CONTEXT)
         mask_zero = validation.check_bool("mask_zero", mask_zero, _CONTEXT)
@@ -122,11 +124,12 @@ class TokenEmbedding(keras.layers.Layer):
                 ops.zeros((), self.compute_dtype),
             )
         if self.scale:
-            outputs = outputs * ops.cast(math.sqrt(self.num_units), outputs.dtype)
+            outputs = outputs * ops.cast(math.sqrt(self.num_units),
+                                         outputs.dtype)
         return outputs
 
     def logits(self, x):
-        """Tied output projection `x · tableᵀ` (REFERENCE_SPEC §2.9).
+        """Tied output projection `x · tableᵀ` (docs/reference.md §2.9).
 
         No bias and no scaling; with `zero_pad=True` the column of id 0 is
         exactly 0. Call it inside a layer's or a subclassed model's `call`

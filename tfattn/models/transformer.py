@@ -7,32 +7,16 @@ from keras import ops
 
 from tfattn import decoding
 from tfattn import validation
-from tfattn.layers.block_base import block_arguments
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.encoder import Encoder
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
+from tfattn.models.layout import checked_layout
 from tfattn.ops import masking
 
 _CONTEXT = "Transformer"
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-
-# What each flavour builds (REFERENCE_SPEC §1.7, §2.9, §3). `None` arguments
-# of the constructor take these values; explicit ones must agree with them in
-# the reference flavours.
-_FLAVOR_DEFAULTS = {
-    "paper": dict(positional_encoding="sinusoid", padding_mode=None),
-    "reference_2017": dict(
-        positional_encoding="learned", padding_mode="reference_2017",
-        share_embeddings=False, tie_output=False,
-    ),
-    "reference_2019": dict(
-        positional_encoding="sinusoid", padding_mode="reference_2019",
-        share_embeddings=True, tie_output=True,
-    ),
-}
-
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class Transformer(keras.Model):
@@ -109,46 +93,12 @@ class Transformer(keras.Model):
         seed=None,
         **kwargs,
     ):
-        validation.check_positive_int("source_vocab_size", source_vocab_size, _CONTEXT)
-        if target_vocab_size is not None:
-            validation.check_positive_int("target_vocab_size", target_vocab_size, _CONTEXT)
-        validation.check_positive_int("num_layers", num_layers, _CONTEXT)
-        validation.check_positive_int("num_units", num_units, _CONTEXT)
-        validation.check_positive_int("max_length", max_length, _CONTEXT)
-        block_args = block_arguments(
-            _CONTEXT, num_heads, ffn_units, dropout_rate, attention_dropout_rate,
-            flavor, normalize_first, None,
-        )
-        if num_units % num_heads:
-            raise validation.invalid_argument(
-                "num_units", f"a multiple of num_heads={num_heads}", num_units, _CONTEXT
-            )
-        defaults = dict(_FLAVOR_DEFAULTS[flavor])
-        # The paper shares embeddings when there is one vocabulary and ties
-        # the output projection to them.
-        defaults.setdefault("share_embeddings", target_vocab_size is None)
-        defaults.setdefault("tie_output", True)
-        positional_encoding = _resolve(
-            "positional_encoding", positional_encoding, defaults, flavor, fixed=False
-        )
-        single_vocab = target_vocab_size in (None, source_vocab_size)
-        share = _resolve("share_embeddings", share_embeddings, defaults, flavor)
-        tie = _resolve("tie_output", tie_output, defaults, flavor)
-        if share and not single_vocab:
-            raise validation.invalid_argument(
-                "share_embeddings",
-                "False when the source and target vocabularies differ "
-                f"({source_vocab_size} and {target_vocab_size})",
-                share_embeddings,
-                _CONTEXT,
-            )
-        try:
-            initializer = keras.initializers.get(embeddings_initializer)
-        except (ValueError, TypeError) as error:
-            raise validation.invalid_argument(
-                "embeddings_initializer", "a Keras initializer or its name",
-                embeddings_initializer, _CONTEXT,
-            ) from error
+        block_args, defaults, positional_encoding, share, tie, initializer = (
+            checked_layout(
+                source_vocab_size, target_vocab_size, num_layers, num_units,
+                num_heads, ffn_units, dropout_rate, attention_dropout_rate,
+                flavor, normalize_first, max_length, positional_encoding,
+                share_embeddings, tie_output, embeddings_initializer))
         super().__init__(**kwargs)
         self.source_vocab_size = source_vocab_size
         self.target_vocab_size = target_vocab_size
@@ -166,7 +116,15 @@ class Transformer(keras.Model):
         self.tie_output = tie
         self.embeddings_initializer = initializer
         self.seed = seed
-        vocab = target_vocab_size or source_vocab_size
+        self._create_sublayers(block_args, defaults["padding_mode"])
+
+    def _create_sublayers(self, block_args, padding_mode):
+        """The embeddings, positions, stacks and output projection."""
+        source_vocab_size, num_units = self.source_vocab_size, self.num_units
+        initializer, seed = self.embeddings_initializer, self.seed
+        share, positional_encoding = (self.share_embeddings,
+                                      self.positional_encoding)
+        vocab = self.target_vocab_size or source_vocab_size
 
         # A subclassed Model builds its sublayers here (Keras calls `build`
         # with the input shapes on the first call and when reloading).
@@ -182,9 +140,10 @@ class Transformer(keras.Model):
                 name="target_embedding"
             )
         )
-        pe_kwargs = dict(kind=positional_encoding, max_length=max_length,
-                         padding_mode=defaults["padding_mode"], dtype=self.dtype_policy)
-        self.source_positions = PositionalEncoding(name="source_positions", **pe_kwargs)
+        pe_kwargs = dict(kind=positional_encoding, max_length=self.max_length,
+                         padding_mode=padding_mode, dtype=self.dtype_policy)
+        self.source_positions = PositionalEncoding(name="source_positions",
+                                                   **pe_kwargs)
         # The 2017 reference learns a separate table per stack; sinusoids
         # have no weights, so one layer serves both.
         self.target_positions = (
@@ -192,14 +151,15 @@ class Transformer(keras.Model):
             if positional_encoding == "learned" else self.source_positions
         )
         self.embedding_dropout = keras.layers.Dropout(
-            dropout_rate, seed=seed, dtype=self.dtype_policy, name="embedding_dropout"
+            self.dropout_rate, seed=seed, dtype=self.dtype_policy,
+            name="embedding_dropout"
         )
-        stack_args = dict(block_args, num_layers=num_layers, seed=seed,
+        stack_args = dict(block_args, num_layers=self.num_layers, seed=seed,
                           dtype=self.dtype_policy)
         self.encoder = Encoder(name="encoder", **stack_args)
         self.decoder = Decoder(name="decoder", **stack_args)
         self.output_dense = None
-        if not tie:
+        if not self.tie_output:
             self.output_dense = keras.layers.Dense(
                 vocab, dtype=self.dtype_policy, name="output_dense"
             )
@@ -254,8 +214,10 @@ class Transformer(keras.Model):
         and the encoder's weights (a list) with `return_attention_scores`."""
         source = self._check_ids("source", source)
         keep = masking.padding_mask(source)
-        x = self._embed(self.source_embedding, self.source_positions, source, training)
-        memory = self.encoder(x, padding_mask=self._stack_mask(keep), training=training,
+        x = self._embed(self.source_embedding, self.source_positions, source,
+                        training)
+        memory = self.encoder(x, padding_mask=self._stack_mask(keep),
+                              training=training,
                               return_attention_scores=return_attention_scores)
         if return_attention_scores:
             memory, scores = memory
@@ -269,10 +231,12 @@ class Transformer(keras.Model):
         `return_attention_scores`."""
         target_in = self._check_ids("target_in", target_in)
         keep = masking.padding_mask(target_in)
-        x = self._embed(self.target_embedding, self.target_positions, target_in, training)
+        x = self._embed(self.target_embedding, self.target_positions,
+                        target_in, training)
         x = self.decoder(
             x, memory, padding_mask=self._stack_mask(keep),
-            memory_padding_mask=self._stack_mask(source_keep), training=training,
+            memory_padding_mask=self._stack_mask(source_keep),
+            training=training,
             return_attention_scores=return_attention_scores,
         )
         if return_attention_scores:
@@ -303,7 +267,8 @@ class Transformer(keras.Model):
         validation.check_positive_int("max_length", max_length, _CONTEXT)
         self._check_decode_length(max_length)
         return self.decoder.init_cache(
-            ops.shape(memory)[0], max_length, memory, self._stack_mask(source_keep)
+            ops.shape(memory)[0], max_length, memory,
+            self._stack_mask(source_keep),
         )
 
     def decode_step(self, ids, position, cache):
@@ -320,10 +285,11 @@ class Transformer(keras.Model):
         """
         ids = ops.expand_dims(ids, 1)
         keep = masking.padding_mask(ids)
-        x = self._embed(self.target_embedding, self.target_positions, ids, False,
-                        start_index=position)
+        x = self._embed(self.target_embedding, self.target_positions, ids,
+                        False, start_index=position)
         x, cache = self.decoder(
-            x, padding_mask=self._stack_mask(keep), cache=cache, cache_index=position
+            x, padding_mask=self._stack_mask(keep), cache=cache,
+            cache_index=position,
         )
         logits = self._logits(x)[:, 0]
         # Never emit padding: it would end a row without EOS.
@@ -372,7 +338,8 @@ class Transformer(keras.Model):
         start = ops.full((ops.shape(source)[0],), BOS_ID, "int32")
         if beam_size == 1:
             return decoding.greedy_search(
-                self.decode_step, start, cache, max_length, EOS_ID, max_lengths=lengths
+                self.decode_step, start, cache, max_length, EOS_ID,
+                max_lengths=lengths,
             )
         return decoding.beam_search(
             self.decode_step, start, cache, max_length, EOS_ID,
@@ -460,19 +427,6 @@ class Transformer(keras.Model):
             seed=self.seed,
         )
         return with_sublayer_policies(self, config)
-
-
-def _resolve(name, value, defaults, flavor, fixed=True):
-    """A flavour default for a None argument; reference flavours fix theirs."""
-    default = defaults[name]
-    if value is None:
-        return default
-    if fixed and flavor != "paper" and value != default:
-        raise validation.invalid_argument(
-            name, f"{default} (or None) in flavor '{flavor}', which the "
-            "reference fixes", value, _CONTEXT,
-        )
-    return value
 
 
 def _pair(inputs, name):

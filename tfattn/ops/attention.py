@@ -3,7 +3,7 @@
 Layout: B = batch, H = heads, T_q / T_k = query / key length, d = per-head
 width. Inputs are head-major [B, H, T, d]; this is the same head layout as the
 reference's split-and-concat on the batch axis (head i owns channels
-[i*d, (i+1)*d)), only stored per batch element (REFERENCE_SPEC §5).
+[i*d, (i+1)*d)), only stored per batch element (docs/reference.md §5).
 
 Precision: the two matmuls run in the inputs' dtype (so bfloat16 inputs use
 the CPU's bfloat16 matrix units), while masking and the softmax always run in
@@ -133,14 +133,16 @@ def _chunk_size(query_chunk_size, query_length, key_length):
     if query_chunk_size is None or query_length is None:
         return None
     if query_chunk_size == "auto":
-        if key_length is None or query_length * key_length < AUTO_CHUNK_MIN_SCORES:
+        if (key_length is None
+                or query_length * key_length < AUTO_CHUNK_MIN_SCORES):
             return None
         query_chunk_size = AUTO_CHUNK_SIZE
     return query_chunk_size if query_length > query_chunk_size else None
 
 
 def _query_slice(tensor, start, stop):
-    """Slices the T_q axis (second to last) of a mask-like tensor if it has one."""
+    """Slices the T_q axis (second to last) of a mask-like tensor if it has
+    one."""
     if tensor is None or tensor.shape[-2] == 1:
         return tensor
     return tensor[..., start:stop, :]
@@ -178,7 +180,8 @@ def _chunked_attention(
             )
             weights.append(w)
     output = ops.concatenate(outputs, axis=2)
-    return output, (ops.concatenate(weights, axis=2) if return_weights else None)
+    return output, (
+        ops.concatenate(weights, axis=2) if return_weights else None)
 
 
 def split_heads(x, num_heads):

@@ -14,7 +14,7 @@ import numpy as np
 from keras import ops
 
 # The referenced code's mask constant, -2**32 + 1. As float32 it rounds to
-# -4294967296.0, and float32(P + s) == P for |s| < 256 (REFERENCE_SPEC §5).
+# -4294967296.0, and float32(P + s) == P for |s| < 256 (docs/reference.md §5).
 REFERENCE_MASK_VALUE = float(-(2**32) + 1)
 
 
@@ -110,7 +110,9 @@ def combine_masks(*masks):
     return combined
 
 
-def as_score_mask(padding=None, query_padding=None, attention=None, causal=None):
+def as_score_mask(
+    padding=None, query_padding=None, attention=None, causal=None
+):
     """Combines masks of the layer-level shapes into one [.., T_q, T_k] mask.
 
     Args:

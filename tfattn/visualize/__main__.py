@@ -6,10 +6,11 @@ r"""Draws what a trained model attends to for one sentence.
 Writes OUT/index.html (the interactive view of every layer and head: pick
 the kind, layer and head; hover a token), OUT/{kind}_layer{i}.png (the
 selected heads of each selected layer, in a grid) and OUT/scores.npz (the
-selected weights, `{kind}_{layer}` arrays [H, T_q, T_k], and the tokens), and prints the translation and the files. It reads the
-hparams, vocabulary and latest checkpoint that `train.py` left in
---model_dir, and decodes as those hparams say. Bad input ends with one line
-(exit status 1), and nothing is written.
+selected weights, `{kind}_{layer}` arrays [H, T_q, T_k], and the tokens),
+and prints the translation and the files. It reads the hparams, vocabulary
+and latest checkpoint that `train.py` left in --model_dir, and decodes as
+those hparams say. Bad input ends with one line (exit status 1), and
+nothing is written.
 """
 
 import sys

@@ -1,0 +1,45 @@
+"""Tests of `tfattn.data.sources`: dataset specs and their checks."""
+
+import pytest
+
+from tfattn.data import sources
+
+
+@pytest.mark.parametrize(
+    "text, kwargs, message",
+    [
+        ("numbers:x", {}, "takes no ':...' part"),
+        ("wmt", {}, "Unknown dataset 'wmt'"),
+        ("tfds:", {}, "needs a name"),
+        ("tfds:wmt14_translate/de-en", {}, "needs source_language"),
+        (
+            "textfiles:/tmp/x",
+            dict(source_language="en", target_language="en"),
+            "must differ",
+        ),
+        ("numbers", dict(source_language="en"), "takes no source_language"),
+        ("multi30k", dict(source_language="fr"), "between 'en' and 'de'"),
+        (
+            "textfiles:/tmp/x",
+            dict(source_language="en", target_language="de", data_dir="/tmp"),
+            "no data_dir",
+        ),
+    ],
+)
+def test_malformed_dataset_specs(text, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sources.parse_dataset_spec(text, **kwargs)
+
+
+def test_dataset_spec_defaults():
+    spec = sources.parse_dataset_spec("multi30k", manual_dir="/m")
+    assert (spec.source_language, spec.target_language) == ("en", "de")
+    spec = sources.parse_dataset_spec("multi30k", target_language="en")
+    assert (spec.source_language, spec.target_language) == ("de", "en")
+
+
+def test_incomplete_multi30k_manual_dir(tmp_path):
+    (tmp_path / "train.en.gz").write_bytes(b"")
+    spec = sources.parse_dataset_spec("multi30k", manual_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="lacks train.de.gz"):
+        sources.check_dataset(spec)

@@ -1,0 +1,76 @@
+"""Incremental decoding of `MultiHeadAttention`: its key/value cache.
+
+Shapes: B = batch, H = heads, T_k = key length, d = per-head width.
+"""
+
+from keras import ops
+
+from tfattn.layers import attention_arguments as arguments
+from tfattn.ops import attention as attention_ops
+
+
+class AttentionCacheMixin:
+    """The cache methods of `MultiHeadAttention` (every flavour): an empty
+    self-attention cache, keys projected once for cross-attention, and the
+    projection of a call's keys and values through the cache.
+
+    Uses the layer's `key_dense`, `value_dense`, `num_heads`, `units`,
+    `value_units` and its flavour's steps (`key_keep`,
+    `check_values_allowed`).
+    """
+
+    def init_cache(self, batch_size, max_length):
+        """An empty self-attention cache for incremental decoding.
+
+        Returns:
+            dict with "key" and "value" [B, H, max_length, d] zeros in the
+            compute dtype, and "keep" bool [B, max_length] all False. Pass it
+            as `cache` with `cache_index` = the position of the first query;
+            the layer writes the new keys there and returns the updated cache.
+        """
+        shape = (batch_size, self.num_heads, max_length,
+                 self.units // self.num_heads)
+        value_shape = shape[:3] + (self.value_units // self.num_heads,)
+        return {
+            "key": ops.zeros(shape, self.compute_dtype),
+            "value": ops.zeros(value_shape, self.compute_dtype),
+            "keep": ops.zeros((batch_size, max_length), "bool"),
+        }
+
+    def precompute_cache(self, keys, values=None, key_masks=None,
+                         padding_mask=None):
+        """Projects fixed keys/values once (cross-attention over a memory).
+
+        Returns:
+            dict with "key" and "value" [B, H, T_k, d] and "keep" bool
+            [B, T_k]; pass it as `cache` with `cache_index=None`.
+        """
+        values = keys if values is None else values
+        if values is not keys:
+            self._flavor_steps.check_values_allowed(values.shape)
+        key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
+        value = attention_ops.split_heads(self.value_dense(values),
+                                          self.num_heads)
+        keep = self._flavor_steps.key_keep(keys, values, key_masks,
+                                           padding_mask)
+        if keep is None:
+            keep = ops.ones(ops.shape(keys)[:2], "bool")
+        return {"key": key, "value": value, "keep": keep}
+
+    def _keys_and_values(self, keys, values, key_masks, padding_mask, cache,
+                         cache_index):
+        """The heads' keys and values [B, H, T_k, d], the keys' keep-mask
+        [B, T_k] (or None), the updated cache and the first query's
+        position."""
+        if cache is not None and cache_index is None:
+            # Cross-attention over keys projected once (`precompute_cache`).
+            return cache["key"], cache["value"], cache["keep"], cache, 0
+        key = attention_ops.split_heads(self.key_dense(keys), self.num_heads)
+        value = attention_ops.split_heads(self.value_dense(values),
+                                          self.num_heads)
+        key_keep = self._flavor_steps.key_keep(keys, values, key_masks,
+                                               padding_mask)
+        if cache is None:
+            return key, value, key_keep, cache, 0
+        cache = arguments.write_cache(cache, cache_index, key, value, key_keep)
+        return cache["key"], cache["value"], cache["keep"], cache, cache_index

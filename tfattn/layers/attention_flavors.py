@@ -1,0 +1,222 @@
+"""The flavours of `tfattn.MultiHeadAttention`, as classes of its steps.
+
+`PaperFlavor` holds the steps of the paper's attention (and Keras's
+`MultiHeadAttention`); `Reference2017Flavor` and `Reference2019Flavor`,
+which reproduce Kyubyong/transformer's TF1 `multihead_attention`, subclass
+it (through `ReferenceFlavor`) and override the few steps their reference
+changes: the key mask (`key_keep`), the score and query masks
+(`score_masks`), the ending (`build_ending`, `output`: residual and layer
+norm instead of the output projection), the projections' activation (ReLU
+in 2017) and the arguments each accepts.
+
+A layer picks its flavour's class once, in its constructor (`of`), and
+calls these steps; it stays one class, `MultiHeadAttention`, so its config
+(with `flavor`), serialization and `.keras` files are those of one layer.
+The flavour objects hold no state: each step that touches the layer's
+sublayers takes the layer.
+
+Shapes: B = batch, T_q = query length, T_k = key length, C = width, H =
+heads, d_v = per-head value width.
+"""
+
+import keras
+from keras import ops
+
+from tfattn import validation
+from tfattn.layers import attention_arguments as arguments
+from tfattn.ops import masking
+
+_CONTEXT = "MultiHeadAttention"
+
+
+class PaperFlavor:
+    """`flavor="paper"` ("Attention Is All You Need", as Keras's layer):
+    linear projections, implicit masks on queries and keys/values, the heads
+    through an output projection, and every Keras option (`key_dim`,
+    `value_dim`, `output_shape`, `use_bias`, `sliding_window`,
+    `attention_axes`, `use_gate`)."""
+
+    name = "paper"
+    projection_activation = None
+    # A query with no visible key: all-zero weights, as Keras 3.15's
+    # explicit path (its fused default path gives uniform ones).
+    fully_masked = "zero"
+
+    def check_paper_only(self, name, value, default, why):
+        """Refuses `value` != `default` for an argument only the paper
+        flavour takes; every value passes here."""
+
+    def check_values_allowed(self, values_shape):
+        """Refuses separate `values` where V comes from the keys; they pass
+        here."""
+
+    def check_key_masks(self, key_masks, batch, key_length):
+        """`key_masks` belongs to `reference_2019`: refused here."""
+        if key_masks is not None:
+            raise validation.invalid_argument(
+                "key_masks",
+                "None outside flavor 'reference_2019' (its True = padding "
+                "polarity is that reference's; pass `attention_mask`, "
+                "True = may attend, or Keras implicit masks instead)",
+                f"<tensor of shape {validation.shape_of(key_masks)}>",
+                _CONTEXT)
+
+    def check_widths(self, units, queries_shape, num_units):
+        """Checks the projection width against the queries' (any width
+        here)."""
+
+    def build_ending(self, layer, queries_shape, value_units, output_units):
+        """`layer.output_dense`, the projection of the heads [B, T_q,
+        H·d_v]."""
+        layer.output_dense = layer._projection(output_units, "output_dense")
+        layer.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
+
+    def output(self, layer, heads, queries):
+        """The heads [B, T_q, H·d_v] (times the gate) through the output
+        projection: [B, T_q, O]."""
+        if layer.use_gate:
+            heads = heads * layer.gate_dense(queries)
+        return layer.output_dense(heads)
+
+    def key_keep(self, keys, values, key_masks, padding_mask):
+        """The keys' keep-mask [B, T_k] (True = real key), or None: the
+        Keras implicit mask of the keys (else of the values) and
+        `padding_mask`."""
+        keep = masking.implicit_mask(keys)
+        if keep is None:
+            keep = masking.implicit_mask(values)
+        return masking.combine_masks(keep, padding_mask)
+
+    def score_masks(self, queries, key_keep, attention_mask, positions):
+        """(bool mask broadcasting to the scores [B, H, T_q, T_k] or None,
+        additive float32 score bias or None, multiplier of the weights or
+        None). Here (and in Keras) padded keys and the queries padded by
+        their Keras implicit mask are masked."""
+        mask = masking.as_score_mask(
+            padding=key_keep, query_padding=masking.implicit_mask(queries),
+            attention=attention_mask, causal=positions)
+        return mask, None, None
+
+
+class ReferenceFlavor(PaperFlavor):
+    """What both references change (not a flavour itself): projections of
+    width C = the queries' width, with bias; no output projection, but a
+    residual with the raw queries and a layer norm with epsilon 1e-8; only
+    rank-3 inputs [B, T, C] and none of Keras's options."""
+
+    # The referenced code gives a query with no visible key uniform weights
+    # (spec §5).
+    fully_masked = "uniform"
+
+    def check_paper_only(self, name, value, default, why):
+        if value != default:
+            raise validation.invalid_argument(
+                name, f"{default} in flavor '{self.name}'{why}", value,
+                _CONTEXT)
+
+    def check_widths(self, units, queries_shape, num_units):
+        if units != queries_shape[-1]:
+            raise validation.invalid_argument(
+                "num_units",
+                f"the queries' width {queries_shape[-1]} in flavor "
+                f"'{self.name}', whose residual adds the queries",
+                num_units,
+                _CONTEXT,
+            )
+
+    def build_ending(self, layer, queries_shape, value_units, output_units):
+        """`layer.layer_norm`, over [B, T_q, C]."""
+        layer.layer_norm = keras.layers.LayerNormalization(
+            epsilon=1e-8, dtype=layer.dtype_policy, name="layer_norm"
+        )
+        layer.layer_norm.build(queries_shape)
+
+    def output(self, layer, heads, queries):
+        """LN(heads + queries): [B, T_q, C]."""
+        return layer.layer_norm(heads + ops.cast(queries, heads.dtype))
+
+
+class Reference2017Flavor(ReferenceFlavor):
+    """`flavor="reference_2017"`: `multihead_attention` of the 2017 code,
+    final state ed2deb8 (docs/reference.md §1.4, "G1b").
+
+    ReLU projections with bias, V projected from the *keys* (no `values`);
+    keys and queries whose input rows are all zeros are masked (scores
+    replaced by -2**32+1, query rows zeroed after the softmax); Keras
+    implicit masks are ignored, since the reference finds padding from zero
+    rows; no output projection; residual with the raw queries, then layer
+    norm with epsilon 1e-8.
+    """
+
+    name = "reference_2017"
+    projection_activation = "relu"
+
+    def check_values_allowed(self, values_shape):
+        raise validation.invalid_argument(
+            "values",
+            "None in flavor 'reference_2017', whose V is projected from "
+            "the keys as in the referenced code (use flavor "
+            "'reference_2019' or 'paper' for separate values)",
+            f"<tensor of shape {validation.shape_of(values_shape)}>",
+            _CONTEXT,
+        )
+
+    def key_keep(self, keys, values, key_masks, padding_mask):
+        """Keys whose input rows are not all zeros, and `padding_mask`:
+        [B, T_k]."""
+        return masking.combine_masks(masking.nonzero_rows(keys), padding_mask)
+
+    def score_masks(self, queries, key_keep, attention_mask, positions):
+        """Padded keys masked in the scores; queries whose input rows are
+        all zeros zeroed after the softmax (multiplier [B, 1, T_q, 1])."""
+        mask = masking.as_score_mask(
+            padding=key_keep, attention=attention_mask, causal=positions)
+        query_keep = ops.cast(masking.nonzero_rows(queries), "float32")
+        return mask, None, query_keep[:, None, :, None]
+
+
+class Reference2019Flavor(ReferenceFlavor):
+    """`flavor="reference_2019"`: `multihead_attention` of the 2019 code,
+    master fb023bb (§2.4-2.5, "G2c").
+
+    Linear projections with bias; `key_masks` (bool [B, T_k], True =
+    padding: that reference's polarity, as it mirrors its signature; else
+    the keys' Keras implicit mask) added to the scores as
+    `key_masks * (-2**32+1)`; no query mask; no output projection; residual
+    and layer norm with epsilon 1e-8.
+    """
+
+    name = "reference_2019"
+
+    def check_key_masks(self, key_masks, batch, key_length):
+        if key_masks is not None:
+            arguments.check_mask("key_masks", key_masks, (batch, key_length),
+                                 "[B, T_k]")
+
+    def key_keep(self, keys, values, key_masks, padding_mask):
+        """Not `key_masks` (else the keys' implicit mask), and
+        `padding_mask`: [B, T_k] (True = real key), or None."""
+        if key_masks is not None:
+            keep = ops.logical_not(key_masks)
+        else:
+            keep = masking.implicit_mask(keys)
+        return masking.combine_masks(keep, padding_mask)
+
+    def score_masks(self, queries, key_keep, attention_mask, positions):
+        """Padded keys through the additive bias [B, 1, 1, T_k]: the 2019
+        reference adds key_masks * P instead of replacing the scores."""
+        bias = None
+        if key_keep is not None:
+            bias = masking.reference_key_mask_bias(ops.logical_not(key_keep))
+        mask = masking.as_score_mask(attention=attention_mask, causal=positions)
+        return mask, bias, None
+
+
+_FLAVORS = {flavor.name: flavor() for flavor in (
+    PaperFlavor, Reference2017Flavor, Reference2019Flavor)}
+
+
+def of(flavor):
+    """The steps of `flavor`, one of `validation.FLAVORS` (a checked
+    argument)."""
+    return _FLAVORS[flavor]

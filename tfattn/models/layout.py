@@ -1,0 +1,92 @@
+"""The `Transformer`'s arguments: what each flavour builds, and the
+checks that run before any sublayer exists."""
+
+import keras
+
+from tfattn import validation
+from tfattn.layers.block_base import block_arguments
+
+_CONTEXT = "Transformer"
+
+# What each flavour builds (docs/reference.md §1.7, §2.9, §3). `None` arguments
+# of the constructor take these values; explicit ones must agree with them in
+# the reference flavours.
+_FLAVOR_DEFAULTS = {
+    "paper": dict(positional_encoding="sinusoid", padding_mode=None),
+    "reference_2017": dict(
+        positional_encoding="learned", padding_mode="reference_2017",
+        share_embeddings=False, tie_output=False,
+    ),
+    "reference_2019": dict(
+        positional_encoding="sinusoid", padding_mode="reference_2019",
+        share_embeddings=True, tie_output=True,
+    ),
+}
+
+
+def checked_layout(source_vocab_size, target_vocab_size, num_layers,
+                   num_units, num_heads, ffn_units, dropout_rate,
+                   attention_dropout_rate, flavor, normalize_first,
+                   max_length, positional_encoding, share_embeddings,
+                   tie_output, embeddings_initializer):
+    """`Transformer`'s arguments checked, with the flavour's defaults
+    filled in: (block arguments, the flavour's defaults, positional
+    encoding, share, tie, the embeddings' initializer)."""
+    validation.check_positive_int(
+        "source_vocab_size", source_vocab_size, _CONTEXT)
+    if target_vocab_size is not None:
+        validation.check_positive_int(
+            "target_vocab_size", target_vocab_size, _CONTEXT)
+    validation.check_positive_int("num_layers", num_layers, _CONTEXT)
+    validation.check_positive_int("num_units", num_units, _CONTEXT)
+    validation.check_positive_int("max_length", max_length, _CONTEXT)
+    block_args = block_arguments(
+        _CONTEXT, num_heads, ffn_units, dropout_rate, attention_dropout_rate,
+        flavor, normalize_first, None,
+    )
+    if num_units % num_heads:
+        raise validation.invalid_argument(
+            "num_units", f"a multiple of num_heads={num_heads}", num_units,
+            _CONTEXT,
+        )
+    defaults = dict(_FLAVOR_DEFAULTS[flavor])
+    # The paper shares embeddings when there is one vocabulary and ties
+    # the output projection to them.
+    defaults.setdefault("share_embeddings", target_vocab_size is None)
+    defaults.setdefault("tie_output", True)
+    positional_encoding = _resolve(
+        "positional_encoding", positional_encoding, defaults, flavor,
+        fixed=False,
+    )
+    single_vocab = target_vocab_size in (None, source_vocab_size)
+    share = _resolve("share_embeddings", share_embeddings, defaults, flavor)
+    tie = _resolve("tie_output", tie_output, defaults, flavor)
+    if share and not single_vocab:
+        raise validation.invalid_argument(
+            "share_embeddings",
+            "False when the source and target vocabularies differ "
+            f"({source_vocab_size} and {target_vocab_size})",
+            share_embeddings,
+            _CONTEXT,
+        )
+    try:
+        initializer = keras.initializers.get(embeddings_initializer)
+    except (ValueError, TypeError) as error:
+        raise validation.invalid_argument(
+            "embeddings_initializer", "a Keras initializer or its name",
+            embeddings_initializer, _CONTEXT,
+        ) from error
+    return block_args, defaults, positional_encoding, share, tie, initializer
+
+
+def _resolve(name, value, defaults, flavor, fixed=True):
+    """A flavour default for a None argument; reference flavours fix theirs."""
+    default = defaults[name]
+    if value is None:
+        return default
+    if fixed and flavor != "paper" and value != default:
+        raise validation.invalid_argument(
+            name, f"{default} (or None) in flavor '{flavor}', which the "
+            "reference fixes", value, _CONTEXT,
+        )
+    return value
