@@ -122,8 +122,10 @@ def step_rows():
         )
 
 
-def train_py_rows(manual_dir):
+def train_py_rows(manual_dir, only_multi30k=False):
     runs = [("base", ["--hparams=base", "--train_steps=1"])]
+    if only_multi30k:
+        runs = []
     if manual_dir:
         runs.append(
             (
@@ -133,6 +135,9 @@ def train_py_rows(manual_dir):
                     "--dataset=multi30k",
                     f"--manual_dir={manual_dir}",
                     "--train_steps=20",
+                    # Memory does not depend on the schedule.
+                    "--hparams_overrides=warmup_steps=5",
+                    "--data_dir={directory}/tfds",
                 ],
             )
         )
@@ -143,11 +148,10 @@ def train_py_rows(manual_dir):
                     [
                         sys.executable,
                         os.path.join(_repo.ROOT, "train.py"),
-                        *flags,
+                        *(f.format(directory=directory) for f in flags),
                         "--samples=0",
                         "--progress_bar=false",
                         f"--model_dir={directory}/run",
-                        f"--data_dir={directory}/tfds",
                         f"--mixed_precision={policy}",
                     ]
                 )
@@ -180,6 +184,16 @@ def main():
         default=None,
         help="Multi30k's raw files, for the multi30k run.",
     )
+    parser.add_argument(
+        "--skip_steps",
+        action="store_true",
+        help="Only the train.py runs (with --train_py).",
+    )
+    parser.add_argument(
+        "--skip_base",
+        action="store_true",
+        help="Leave out the train.py base runs (with --train_py).",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -191,9 +205,11 @@ def main():
         "| run | batch | vocab | policy | peak RSS GiB | estimate GiB "
         "| peak / estimate |\n|---|---|---:|---|---:|---:|---:|"
     )
-    measured = step_rows()
+    measured = iter(()) if args.skip_steps else step_rows()
     if args.train_py:
-        measured = itertools.chain(measured, train_py_rows(args.manual_dir))
+        measured = itertools.chain(
+            measured, train_py_rows(args.manual_dir, args.skip_base)
+        )
     rows = []
     for row in measured:  # Each row as soon as it is measured.
         rows.append(row)

@@ -189,7 +189,7 @@ def test_the_choice_is_recorded_once_and_reused(tmp_path, monkeypatch, capsys):
     assert (record["policy"], record["speedup"]) == ("mixed_bfloat16", 1.5)
 
     monkeypatch.setattr(precision, "step_speedup", _never_measured)
-    _train_py(tmp_path, "--train_steps=3")
+    _train_py(tmp_path, "--train_steps=2")
     out = capsys.readouterr().out
     assert (
         "Precision: mixed_bfloat16, recorded at the first start "
@@ -197,7 +197,7 @@ def test_the_choice_is_recorded_once_and_reused(tmp_path, monkeypatch, capsys):
     )
     assert json.loads((tmp_path / "precision.json").read_text()) == record
 
-    _train_py(tmp_path, "--train_steps=4", "--mixed_precision=off")
+    _train_py(tmp_path, "--train_steps=2", "--mixed_precision=off")
     assert (
         "Precision: float32, because --mixed_precision asks for it, "
         "overriding the mixed_bfloat16 recorded at the first start."
