@@ -123,7 +123,7 @@ def check(command, report=logging.info):
         mixed_precision=command.mixed_precision,
         jit_compile=command.jit_compile, seed=command.seed)
     logging.info("Memory: about %s of this machine's %.1f GiB (the "
-                 "largest batch; estimated within %.2gx).",
+                 "largest batch; estimated within %.2fx).",
                  prepared.memory.describe(),
                  memory.physical_memory() / 2**30, memory.STATED_FACTOR)
     report(precision.describe(prepared.precision))
