@@ -207,13 +207,27 @@ flags.DEFINE_string(
     "export_dir",
     None,
     "Export directory (export and all modes; default "
-    "MODEL_DIR/export, which each export replaces).",
+    "MODEL_DIR/export, or MODEL_DIR/ctranslate2 with "
+    "--export_format=ctranslate2, which each export replaces).",
 )
 flags.DEFINE_bool(
     "overwrite_export",
     False,
     "Replace an existing --export_dir (the default export "
     "directory is always replaced).",
+)
+flags.DEFINE_enum(
+    "export_format",
+    commands.SAVED_MODEL,
+    commands.EXPORT_FORMATS,
+    "What export and all write: a string-to-string TensorFlow SavedModel, "
+    "or a CTranslate2 model directory (needs the `serve` extra).",
+)
+flags.DEFINE_enum(
+    "ctranslate2_quantization",
+    None,
+    ("float32", "int8", "int16"),
+    "Weight type of --export_format=ctranslate2 (default float32).",
 )
 flags.DEFINE_integer(
     "average_checkpoints",
@@ -315,15 +329,36 @@ def _check_dataset(values):
 
 
 @flags.multi_flags_validator(
-    ["mode", "export_dir", "overwrite_export", "train_steps", "train_epochs"]
+    [
+        "mode",
+        "export_dir",
+        "overwrite_export",
+        "export_format",
+        "ctranslate2_quantization",
+        "train_steps",
+        "train_epochs",
+    ]
 )
 def _check_mode(values):
-    if (values["export_dir"] or values["overwrite_export"]) and values[
-        "mode"
-    ] not in commands.EXPORT_MODES:
+    export_flags = [
+        f"--{n}"
+        for n in ("export_dir", "overwrite_export", "ctranslate2_quantization")
+        if values[n]
+    ]
+    if values["export_format"] != commands.SAVED_MODEL:
+        export_flags.append(f"--export_format={values['export_format']}")
+    if export_flags and values["mode"] not in commands.EXPORT_MODES:
         raise flags.ValidationError(
-            "--export_dir and --overwrite_export are only used with "
-            "--mode=export or --mode=all."
+            f"{', '.join(export_flags)} only apply with --mode=export or "
+            "--mode=all."
+        )
+    if (
+        values["ctranslate2_quantization"]
+        and values["export_format"] != commands.CTRANSLATE2
+    ):
+        raise flags.ValidationError(
+            "--ctranslate2_quantization only applies with "
+            "--export_format=ctranslate2."
         )
     training_flags = [
         f"--{n}"

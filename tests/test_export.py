@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import export
+from tfattn.export import saved_model
 from tfattn.data import numbers_splits
 from tfattn.data import train_tokenizer
 from tfattn.translate import translate_texts
@@ -249,12 +250,12 @@ def test_forced_failure_leaves_nothing(tiny, tmp_path, monkeypatch):
     model, tokenizer = tiny
 
     def half_written(translator, directory):
-        os.makedirs(directory)
+        os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
             f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(export, "_save_saved_model", half_written)
+    monkeypatch.setattr(saved_model, "_save_saved_model", half_written)
     with pytest.raises(OSError, match="disk full"):
         export.export_translator(model, tokenizer, tmp_path / "out")
     assert os.listdir(tmp_path) == []
@@ -273,7 +274,7 @@ def test_overwrite(tiny, tmp_path, monkeypatch):
         raise RuntimeError("keras save failed")
 
     with monkeypatch.context() as patch:
-        patch.setattr(export, "_save_keras", broken_save)
+        patch.setattr(saved_model, "_save_keras", broken_save)
         with pytest.raises(RuntimeError, match="keras save failed"):
             export.export_translator(
                 model,

@@ -39,6 +39,11 @@ MODES = (TRAIN, EVAL, EXPORT, ALL)
 TRAINING_MODES = (TRAIN, ALL)
 EVAL_MODES = (EVAL, ALL)
 EXPORT_MODES = (EXPORT, ALL)
+# What the export writes (`tfattn.export`).
+SAVED_MODEL, CTRANSLATE2 = "saved_model", "ctranslate2"
+EXPORT_FORMATS = (SAVED_MODEL, CTRANSLATE2)
+# Under MODEL_DIR, when --export_dir is not given.
+DEFAULT_EXPORT_DIRS = {SAVED_MODEL: "export", CTRANSLATE2: "ctranslate2"}
 # Validation sentences whose attention eval draws into TensorBoard.
 ATTENTION_SENTENCES = 2
 
@@ -62,6 +67,9 @@ class Command:
     train_epochs: Optional[int] = None
     export_dir: Optional[str] = None
     overwrite_export: bool = False
+    export_format: str = SAVED_MODEL
+    # None (float32) or a CTranslate2 weight type.
+    ctranslate2_quantization: Optional[str] = None
     average_checkpoints: Optional[int] = None
     eval_split: str = "test"
     seed: int = 0
@@ -248,7 +256,8 @@ def run_export(command, report=logging.info):
     decoding, average = decoding_settings(command)
     model, tokenizer, _ = run_dir.restore_model(directory,
                                                 average_last=average)
-    export_dir = command.export_dir or os.path.join(directory, "export")
+    export_dir = command.export_dir or os.path.join(
+        directory, DEFAULT_EXPORT_DIRS[command.export_format])
     overwrite = command.overwrite_export or not command.export_dir
     if os.path.lexists(export_dir) and not overwrite:
         raise FileExistsError(
@@ -257,9 +266,17 @@ def run_export(command, report=logging.info):
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes, or export on a machine "
             "with more memory; nothing was replaced in " + export_dir)):
-        path = export.export_translator(model, tokenizer, export_dir,
-                                        **decoding, overwrite=overwrite)
-    report(f"Exported a string-to-string translator to {path}")
+        if command.export_format == CTRANSLATE2:
+            path = export.to_ctranslate2(
+                model, tokenizer, export_dir, overwrite=overwrite,
+                quantization=command.ctranslate2_quantization, **decoding)
+            weights = command.ctranslate2_quantization or "float32"
+            kind = f"CTranslate2 translator ({weights} weights)"
+        else:
+            path = export.export_translator(model, tokenizer, export_dir,
+                                            **decoding, overwrite=overwrite)
+            kind = "string-to-string translator (SavedModel)"
+    report(f"Exported a {kind} to {path}")
     return path
 
 

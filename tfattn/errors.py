@@ -34,7 +34,8 @@ class OutOfMemory(RuntimeError):
     """The machine ran out of memory while a command was running."""
 
 
-EXPECTED = (ValueError, OSError, EOFError, tf.errors.OpError, OutOfMemory)
+EXPECTED = (ValueError, OSError, EOFError, ImportError, tf.errors.OpError,
+            OutOfMemory)
 _SHAPE = re.compile(r"shape\s*\[([0-9,\s]*)\]")
 
 

@@ -3,12 +3,18 @@
 Every file is first written in full under a temporary name beside its
 target, then renamed over it, so a reader never sees half a file, a crash
 or an error leaves the old file as it was, and no temporary file survives.
-Paths may be local or any `tf.io.gfile` filesystem.
+Paths may be local or any `tf.io.gfile` filesystem; directories (the
+exports) are local, built under a temporary name and renamed into place.
 """
 
+import contextlib
+import os
+import shutil
 import uuid
 
 import tensorflow as tf
+
+from tfattn.validation import invalid_argument
 
 
 def write_files_atomically(files):
@@ -31,3 +37,78 @@ def write_files_atomically(files):
 def write_text_atomically(path, text):
     """Writes `text` to `path` whole (see the module docstring)."""
     write_files_atomically({str(path): text})
+
+
+# Directories (exports) are local only: their atomicity rests on renames.
+
+
+def local_directory(name, path, context):
+    """`path` as an absolute local path; refuses URLs and empty values,
+    naming the argument `name` of `context`."""
+    path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    if not isinstance(path, str) or not path:
+        raise invalid_argument(name, "a local directory path", path, context)
+    if "://" in path:
+        raise invalid_argument(
+            name,
+            "a local path (the export is made atomic by renames on the local "
+            "filesystem; export locally, then copy)",
+            path,
+            context,
+        )
+    return os.path.abspath(path)
+
+
+def refuse_existing(path, overwrite):
+    """FileExistsError when `path` exists and `overwrite` is False."""
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(
+            f"{path}: already exists; refusing to overwrite it (pass "
+            "overwrite=True to replace it, or choose another path)"
+        )
+
+
+def temporary_sibling(path, kind="tmp"):
+    """A fresh hidden name beside `path`: `.NAME.KIND-HEX`."""
+    parent, name = os.path.split(path)
+    return os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex}")
+
+
+@contextlib.contextmanager
+def directory_written_atomically(path, overwrite):
+    """Yields a temporary sibling directory to fill; on success renames it
+    to `path` (replacing an old one when `overwrite`), on any error removes
+    it, so `path` never holds half a directory."""
+    refuse_existing(path, overwrite)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp_dir = temporary_sibling(path)
+    os.makedirs(tmp_dir)
+    try:
+        yield tmp_dir
+        rename_into_place(tmp_dir, path, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+
+
+def rename_into_place(tmp_dir, path, overwrite):
+    """Renames the finished directory `tmp_dir` to `path`; an old `path` is
+    moved aside first and deleted only once the new one is in place
+    (restored if that rename fails)."""
+    if not os.path.lexists(path):
+        # os.rename would silently replace an empty directory created since
+        # the first check; a non-empty one makes it fail.
+        os.rename(tmp_dir, path)
+        return
+    refuse_existing(path, overwrite)
+    old = temporary_sibling(path, "old")
+    os.rename(path, old)
+    try:
+        os.rename(tmp_dir, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    if os.path.isdir(old) and not os.path.islink(old):
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.remove(old)

@@ -154,6 +154,12 @@ class PositionalEncoding(keras.layers.Layer):
                 self._table = tf.constant(make(self.max_length, num_units))
         self.built = True
 
+    def table(self):
+        """The built layer's [max_length, C] table as a float32 NumPy array:
+        row t is what position t adds (before any padding mode)."""
+        table = self._table if self.kind != "learned" else self.embeddings
+        return np.asarray(ops.convert_to_numpy(table), np.float32)
+
     def call(self, x, start_index=0):
         shape = validation.check_rank("x", x, 3, "[B, T, C]", _CONTEXT)
         if shape[-1] is not None and shape[-1] != self.num_units:

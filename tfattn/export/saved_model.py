@@ -41,11 +41,10 @@ A smaller `max_source_length` gives a shorter buffer and faster decoding.
 """
 
 import os
-import shutil
-import uuid
 
 import tensorflow as tf
 
+from tfattn import files
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
@@ -264,9 +263,9 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
             "model", "a built tfattn.Transformer (call it once, or load it)",
             type(model).__name__, _CONTEXT,
         )
-    export_dir = _local_path("export_dir", export_dir)
+    export_dir = files.local_directory("export_dir", export_dir, _CONTEXT)
     if keras_path is not None:
-        keras_path = _local_path("keras_path", keras_path)
+        keras_path = files.local_directory("keras_path", keras_path, _CONTEXT)
         if not keras_path.endswith(".keras"):
             raise invalid_argument("keras_path", "a path ending in '.keras'",
                                    keras_path, _CONTEXT)
@@ -275,37 +274,28 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
                             alpha=alpha, extra_length=extra_length,
                             max_source_length=max_source_length,
                             jit_compile=jit_compile)
-    _refuse_existing(export_dir, overwrite)
     if keras_path is not None:
-        _refuse_existing(keras_path, overwrite)
-
-    parent, name = os.path.split(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp_dir = os.path.join(parent, f".{name}.tmp-{uuid.uuid4().hex}")
+        files.refuse_existing(keras_path, overwrite)
     tmp_keras = None
     try:
-        _save_saved_model(translator, tmp_dir)
-        with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
-            f.write(model_proto)
-        if keras_path is None:
-            _save_keras(model, os.path.join(tmp_dir, KERAS_FILENAME))
-        else:
-            keras_parent, keras_name = os.path.split(keras_path)
-            os.makedirs(keras_parent, exist_ok=True)
-            # Ends in .keras, as `Model.save` requires.
-            tmp_keras = os.path.join(
-                keras_parent, f".tmp-{uuid.uuid4().hex}-{keras_name}"
-            )
-            _save_keras(model, tmp_keras)
-        _rename_into_place(tmp_dir, export_dir, overwrite)
+        with files.directory_written_atomically(export_dir,
+                                                overwrite) as tmp_dir:
+            _save_saved_model(translator, tmp_dir)
+            with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
+                f.write(model_proto)
+            if keras_path is None:
+                _save_keras(model, os.path.join(tmp_dir, KERAS_FILENAME))
+            else:
+                os.makedirs(os.path.dirname(keras_path), exist_ok=True)
+                # Ends in .keras, as `Model.save` requires.
+                tmp_keras = files.temporary_sibling(keras_path) + ".keras"
+                _save_keras(model, tmp_keras)
         if tmp_keras is not None:
-            _refuse_existing(keras_path, overwrite)
+            files.refuse_existing(keras_path, overwrite)
             os.replace(tmp_keras, keras_path)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+    finally:
         if tmp_keras is not None and os.path.exists(tmp_keras):
             os.remove(tmp_keras)
-        raise
     return export_dir
 
 
@@ -325,54 +315,9 @@ def load_translator(export_dir):
     return tf.saved_model.load(str(export_dir))
 
 
-def _local_path(name, path):
-    path = os.fspath(path)
-    if not isinstance(path, str) or not path:
-        raise invalid_argument(name, "a local directory path", path, _CONTEXT)
-    if "://" in path:
-        raise invalid_argument(
-            name,
-            "a local path (the export is made atomic by renames on the local "
-            "filesystem; export locally, then copy)",
-            path,
-            _CONTEXT,
-        )
-    return os.path.abspath(path)
-
-
-def _refuse_existing(path, overwrite):
-    if os.path.lexists(path) and not overwrite:
-        raise FileExistsError(
-            f"{path}: already exists; refusing to overwrite it (pass "
-            "overwrite=True to replace it, or choose another path)"
-        )
-
-
 def _save_saved_model(translator, directory):
     tf.saved_model.save(translator, directory, signatures=translator.trace())
 
 
 def _save_keras(model, path):
     model.save(path)
-
-
-def _rename_into_place(tmp_dir, export_dir, overwrite):
-    """Renames the finished export to `export_dir`, replacing an old one."""
-    if not os.path.lexists(export_dir):
-        # os.rename would silently replace an empty directory created since
-        # the first check; a non-empty one makes it fail.
-        os.rename(tmp_dir, export_dir)
-        return
-    _refuse_existing(export_dir, overwrite)
-    parent, name = os.path.split(export_dir)
-    old = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex}")
-    os.rename(export_dir, old)
-    try:
-        os.rename(tmp_dir, export_dir)
-    except BaseException:
-        os.rename(old, export_dir)
-        raise
-    if os.path.isdir(old) and not os.path.islink(old):
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.remove(old)

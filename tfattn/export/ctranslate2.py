@@ -1,0 +1,276 @@
+"""Export a trained `Transformer` to CTranslate2, and translate text with it.
+
+CTranslate2 (OpenNMT's C++ inference engine, the `ctranslate2` wheel of the
+`serve` extra) runs the same model on CPUs and GPUs, in float32 or with
+int8/int16 weights. `to_ctranslate2` writes, atomically, a directory with
+
+- `model.bin`, `config.json` and `shared_vocabulary.json`: the CTranslate2
+  model, built by `ctranslate2_spec.transformer_spec` and saved by a
+  `ctranslate2.converters.Converter` (with `quantization`);
+- `spm.model`: the run's SentencePiece model;
+- `tfattn_decoding.json`: the decoding defaults of the run (beam size,
+  length penalty, extra and maximum lengths) that `load_ctranslate2`'s
+  translator uses.
+
+`load_ctranslate2(path).translate(texts)` is the text-to-text contract of the
+SavedModel's `serving_default`: strings in, strings out, sources cut to
+`max_source_length` pieces (EOS included; `truncated` says which), each
+output at most its source length plus `extra_length` pieces.
+
+Where the two engines differ (say it before you compare them):
+
+- Length penalty: tfattn divides a hypothesis's log-probability by
+  `((5 + len) / 6) ** alpha`, CTranslate2 by `len ** length_penalty`; the
+  translator passes `alpha` as CTranslate2's `length_penalty`. With beam 1,
+  or `alpha = 0`, both rank alike.
+- Lengths: CTranslate2 takes one `max_decoding_length` per batch; the
+  translator gives it the longest row's limit and cuts each row to its own
+  (exact for greedy search; a beam row near its limit may differ).
+- Arithmetic: CTranslate2's float32 kernels sum in other orders than
+  TensorFlow's; per-token log-probabilities agree to about 1e-5
+  (tests/test_export_ctranslate2.py).
+"""
+
+import json
+import os
+from typing import NamedTuple
+
+from tfattn import files
+from tfattn.export import ctranslate2_spec
+from tfattn.translate import decode_lengths
+from tfattn.translate import model_proto_of
+from tfattn.validation import check_non_negative_float
+from tfattn.validation import check_positive_int
+from tfattn.validation import invalid_argument
+
+_CONTEXT = "to_ctranslate2"
+VOCAB_FILENAME = "spm.model"
+DECODING_FILENAME = "tfattn_decoding.json"
+QUANTIZATIONS = ("float32", "int8", "int16", "int8_float32", "float16",
+                 "bfloat16", "int8_float16", "int8_bfloat16")
+
+NotExportable = ctranslate2_spec.NotExportable
+
+
+def _require_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ImportError(
+            "CTranslate2 export and serving need the `ctranslate2` package: "
+            "pip install 'tfattn[serve]' (or pip install ctranslate2)"
+        ) from None
+    return ctranslate2
+
+
+def _pieces(model_proto):
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(model_proto)
+    return [processor.id_to_piece(i) for i in
+            range(processor.get_piece_size())]
+
+
+def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
+                   alpha=0.6, extra_length=50, max_source_length=None,
+                   overwrite=False):
+    """Writes a CTranslate2 model directory of `model`, atomically.
+
+    As `export_translator`, the directory is built under a temporary
+    sibling name and renamed into place once complete; a failure leaves
+    nothing behind, and `overwrite=True` replaces an existing one only once
+    the new one is whole.
+
+    Args:
+        model: a built `tfattn.Transformer` of flavour `paper` or
+            `reference_2019` (see `ctranslate2_spec`).
+        tokenizer: its `tfattn.data.SubwordTokenizer` (or the bytes of the
+            SentencePiece model).
+        path: str or path-like. Local directory to create.
+        quantization: None (float32) or a CTranslate2 weight type: one of
+            `QUANTIZATIONS` (`"int8"`, `"int16"`, ...). Defaults to `None`.
+        beam_size, alpha, extra_length, max_source_length: the decoding
+            defaults written to `tfattn_decoding.json` (see
+            `export_translator`).
+        overwrite: bool. Replace an existing `path`. Defaults to `False`.
+
+    Returns:
+        str, the absolute `path`.
+
+    Raises:
+        NotExportable: a part of the model does not map exactly.
+        FileExistsError: `path` exists and `overwrite` is False.
+        ImportError: `ctranslate2` is not installed.
+    """
+    beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
+    alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
+    if not isinstance(overwrite, bool):
+        raise invalid_argument("overwrite", "a Python bool", overwrite,
+                               _CONTEXT)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise invalid_argument("quantization",
+                               f"None or one of {', '.join(QUANTIZATIONS)}",
+                               quantization, _CONTEXT)
+    model_proto = model_proto_of(tokenizer)
+    if not getattr(model, "built", False) or not hasattr(model, "generate"):
+        raise invalid_argument(
+            "model", "a built tfattn.Transformer (call it once, or load it)",
+            type(model).__name__, _CONTEXT)
+    path = files.local_directory("path", path, _CONTEXT)
+    max_source_length, max_length = decode_lengths(model, extra_length,
+                                                   max_source_length)
+    ctranslate2 = _require_ctranslate2()
+    spec = ctranslate2_spec.transformer_spec(model, _pieces(model_proto))
+    settings = dict(beam_size=beam_size, alpha=alpha,
+                    extra_length=int(extra_length),
+                    max_source_length=max_source_length,
+                    max_length=max_length)
+    files.refuse_existing(path, overwrite)
+    with files.directory_written_atomically(path, overwrite) as tmp_dir:
+        model_dir = os.path.join(tmp_dir, "model")
+        _save_spec(spec, model_dir, quantization)
+        for name in os.listdir(model_dir):
+            os.replace(os.path.join(model_dir, name),
+                       os.path.join(tmp_dir, name))
+        os.rmdir(model_dir)
+        with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
+            f.write(model_proto)
+        with open(os.path.join(tmp_dir, DECODING_FILENAME), "w") as f:
+            json.dump(dict(settings, quantization=quantization,
+                           ctranslate2_version=ctranslate2.__version__),
+                      f, indent=2)
+    return path
+
+
+def _save_spec(spec, directory, quantization):
+    """Validates, quantizes and saves `spec` through CTranslate2's own
+    `Converter` (its base class does all three)."""
+    from ctranslate2.converters.converter import Converter
+
+    class SpecConverter(Converter):
+        def _load(self):
+            return spec
+
+    SpecConverter().convert(directory, quantization=quantization)
+
+
+class Translations(NamedTuple):
+    """What `CTranslate2Translator.translate_details` returns, row by row
+    (the SavedModel's `serving_default` outputs): `translations` (str),
+    `scores` (float, CTranslate2's length-normalised log-probability) and
+    `truncated` (bool, the source was cut to `max_source_length`)."""
+
+    translations: list
+    scores: list
+    truncated: list
+
+
+class CTranslate2Translator:
+    """Text to text with an export of `to_ctranslate2`.
+
+    Args:
+        path: the export directory.
+        device: `"cpu"` or `"cuda"`. Defaults to `"cpu"`.
+        compute_type: CTranslate2's compute type (`"default"` keeps the
+            export's weight type; `"float32"`, `"int8"`, ...).
+        inter_threads, intra_threads: CTranslate2's threading (batches run
+            in parallel, threads per batch; 0 = CTranslate2's default).
+
+    Attributes:
+        translator: the `ctranslate2.Translator`.
+        settings: dict, the export's decoding defaults.
+    """
+
+    def __init__(self, path, device="cpu", compute_type="default",
+                 inter_threads=1, intra_threads=0):
+        import sentencepiece as spm
+
+        ctranslate2 = _require_ctranslate2()
+        path = os.fspath(path)
+        settings_path = os.path.join(path, DECODING_FILENAME)
+        if not os.path.isfile(settings_path):
+            raise FileNotFoundError(
+                f"{settings_path}: not found; {path} is not an export of "
+                "tfattn.export.to_ctranslate2")
+        with open(settings_path) as f:
+            self.settings = json.load(f)
+        self._processor = spm.SentencePieceProcessor()
+        self._processor.Load(os.path.join(path, VOCAB_FILENAME))
+        self.translator = ctranslate2.Translator(
+            path, device=device, compute_type=compute_type,
+            inter_threads=inter_threads, intra_threads=intra_threads)
+
+    def tokenize(self, texts):
+        """(pieces per row without EOS, cut to max_source_length - 1;
+        truncated per row)."""
+        texts = _checked_texts(texts)
+        keep = self.settings["max_source_length"] - 1
+        pieces = self._processor.encode(texts, out_type=str)
+        return ([row[:keep] for row in pieces],
+                [len(row) > keep for row in pieces])
+
+    def translate(self, texts, beam_size=None, alpha=None, max_batch_size=0):
+        """List of str -> list of str (see `translate_details`)."""
+        return self.translate_details(texts, beam_size, alpha,
+                                      max_batch_size).translations
+
+    def translate_details(self, texts, beam_size=None, alpha=None,
+                          max_batch_size=0):
+        """Translates `texts` (a list of str).
+
+        Args:
+            texts: list or tuple of str.
+            beam_size: int or None (the export's). 1 = greedy search.
+            alpha: float or None (the export's). CTranslate2's
+                `length_penalty` (see the module docstring).
+            max_batch_size: int. CTranslate2 splits larger requests
+                (0 = one batch).
+
+        Returns:
+            `Translations`.
+        """
+        context = "CTranslate2Translator.translate"
+        beam_size = check_positive_int(
+            "beam_size", self.settings["beam_size"] if beam_size is None
+            else beam_size, context)
+        alpha = check_non_negative_float(
+            "alpha", self.settings["alpha"] if alpha is None else alpha,
+            context)
+        pieces, truncated = self.tokenize(texts)
+        if not pieces:
+            return Translations([], [], [])
+        # Each row's limit, EOS included, as `Transformer.generate`'s.
+        limits = [min(len(row) + 1 + self.settings["extra_length"],
+                      self.settings["max_length"]) for row in pieces]
+        results = self.translator.translate_batch(
+            pieces, beam_size=beam_size, length_penalty=alpha,
+            max_decoding_length=max(limits), max_input_length=0,
+            # CTranslate2's default of 1 forbids EOS first; tfattn allows it.
+            min_decoding_length=0,
+            return_scores=True, max_batch_size=max_batch_size)
+        outputs = [result.hypotheses[0][:limit]
+                   for result, limit in zip(results, limits)]
+        return Translations(
+            [self._processor.decode(row) for row in outputs],
+            [float(result.scores[0]) for result in results],
+            truncated)
+
+
+def load_ctranslate2(path, **kwargs):
+    """A `CTranslate2Translator` of the export at `path` (keyword arguments
+    as `CTranslate2Translator`'s)."""
+    return CTranslate2Translator(path, **kwargs)
+
+
+def _checked_texts(texts):
+    if isinstance(texts, (str, bytes)) or not isinstance(texts,
+                                                         (list, tuple)):
+        raise invalid_argument("texts", "a list of strings", texts,
+                               "CTranslate2Translator.translate")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise invalid_argument(
+                f"texts[{i}]", "a str", text,
+                "CTranslate2Translator.translate")
+    return list(texts)

@@ -1,0 +1,219 @@
+"""A `tfattn.Transformer` as a CTranslate2 `TransformerSpec`.
+
+The spec is built with CTranslate2's own API, as its converters for
+OpenNMT-tf and Transformers models do: `TransformerSpec.from_config` gives
+the layout (layers, heads, pre- or post-norm), then every weight is set by
+name and `spec.validate()` checks that none is missing. Each weight is
+copied, never approximated; what does not map exactly is refused
+(`NotExportable`) before anything is written.
+
+The mapping (Keras kernels are [in, out], CTranslate2's weights [out, in]):
+
+- token tables -> `embeddings.weight` [V, C] (row 0 zeroed where the
+  layer's `zero_pad` zeroes it), with `scale_embeddings` (the
+  sqrt(C) factor) as the model's embedding layer has it;
+- the positional table -> `position_encodings.encodings` [L, C], given as a
+  table, since CTranslate2's built-in sinusoid is laid out
+  [sin..., cos...] where the paper's interleaves them;
+- self-attention Q, K, V -> one fused `linear[0]` [3C, C]; cross-attention
+  Q -> `linear[0]` [C, C] and K, V -> one fused `linear[1]` [2C, C]; the
+  output projection -> `linear[-1]`;
+- the feed-forward pair -> `ffn.linear_0`, `ffn.linear_1`;
+- each sublayer's layer norm -> its `layer_norm` (CTranslate2 applies it
+  before the sublayer in pre-norm models, after the residual in post-norm
+  ones, as tfattn does); the pre-norm stacks' final norms -> the stacks'
+  `layer_norm`; the epsilon -> the config's `layer_norm_epsilon`;
+- the output: the target table itself when tied (no bias), else the output
+  Dense [C, V] transposed, with its bias -> `decoder.projection`.
+
+Flavours: `paper` (pre- and post-norm, shared or separate tables, tied or
+not) and `reference_2019` (post-norm, no attention output projection: an
+identity `linear[-1]` with a zero bias; layer-norm epsilon 1e-8). Its
+positional encoding skips embedding elements that are exactly 0
+(docs/reference.md §2.3); CTranslate2 adds it everywhere, which is the same
+wherever the rows of real tokens have no element exactly 0. `reference_2017`
+is refused: its Q, K and V projections apply a ReLU, which CTranslate2's
+attention has no step for.
+"""
+
+import numpy as np
+
+from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import EOS_ID
+from tfattn.data.tokenizer import UNK_ID
+
+EXPORTABLE_FLAVORS = ("paper", "reference_2019")
+
+
+class NotExportable(ValueError):
+    """The model has a part CTranslate2 cannot compute exactly."""
+
+
+def _numpy(variable):
+    return np.asarray(variable.numpy(), dtype=np.float32)
+
+
+def check_exportable(model, vocabulary_size):
+    """Raises `NotExportable` naming what does not map; returns None."""
+    name = type(model).__name__
+    if not hasattr(model, "encoder") or not hasattr(model, "flavor"):
+        raise NotExportable(
+            f"model: expected a built tfattn.Transformer, received {name}")
+    if model.flavor == "reference_2017":
+        raise NotExportable(
+            "model: flavor 'reference_2017' cannot be exported to "
+            "CTranslate2: its attention applies a ReLU to the Q, K and V "
+            "projections (docs/reference.md §1.4), which CTranslate2's "
+            "attention has no step for; export it as a SavedModel instead")
+    if model.flavor not in EXPORTABLE_FLAVORS:
+        raise NotExportable(
+            f"model: flavor {model.flavor!r} has no CTranslate2 mapping "
+            f"(exportable: {', '.join(EXPORTABLE_FLAVORS)})")
+    quantized = [w.path for w in model.weights
+                 if w.dtype not in ("float32", "float16", "bfloat16")]
+    if quantized:
+        raise NotExportable(
+            f"model: holds quantized weights ({quantized[0]}, "
+            f"{len(quantized)} in all); export the float model and pass "
+            "quantization='int8' to to_ctranslate2 instead")
+    blocks = list(model.encoder.blocks) + list(model.decoder.blocks)
+    activations = {str(block.activation) for block in blocks}
+    if activations != {"relu"}:
+        raise NotExportable(
+            f"model: feed-forward activation {sorted(activations)} is not "
+            "'relu', the one activation this export maps")
+    vocabularies = {model.source_vocab_size,
+                    model.target_vocab_size or model.source_vocab_size}
+    if vocabularies != {vocabulary_size}:
+        raise NotExportable(
+            f"tokenizer: has {vocabulary_size} pieces but the model's "
+            f"vocabularies have {sorted(vocabularies)}; export the model "
+            "with the SentencePiece model it was trained with")
+
+
+def transformer_spec(model, pieces):
+    """The `ctranslate2.specs.TransformerSpec` of `model`, validated.
+
+    Args:
+        model: a built `tfattn.Transformer` (see the module docstring for
+            the flavours it accepts).
+        pieces: list of str, the vocabulary's pieces by id (id 0 padding,
+            1 unknown, 2 BOS, 3 EOS).
+
+    Raises:
+        NotExportable: see `check_exportable`.
+    """
+    from ctranslate2.specs import transformer_spec as ct2
+
+    check_exportable(model, len(pieces))
+    spec = ct2.TransformerSpec.from_config(
+        (model.num_layers, model.num_layers), model.num_heads,
+        pre_norm=bool(model.normalize_first))
+    epsilon = model.encoder.blocks[0].feed_forward_layer_norm.epsilon
+    spec.config.layer_norm_epsilon = float(epsilon)
+    spec.config.unk_token = pieces[UNK_ID]
+    spec.config.bos_token = pieces[BOS_ID]
+    spec.config.eos_token = pieces[EOS_ID]
+    spec.config.decoder_start_token = pieces[BOS_ID]
+    # tfattn's sources end in EOS (`encode_for_translation`).
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = True
+    spec.register_source_vocabulary(list(pieces))
+    spec.register_target_vocabulary(list(pieces))
+    identity_output = model.flavor == "reference_2019"
+    _set_stack(spec.encoder, model.encoder, model.source_embedding,
+               model.source_positions, identity_output)
+    _set_stack(spec.decoder, model.decoder, model.target_embedding,
+               model.target_positions, identity_output)
+    _set_projection(spec.decoder.projection, model)
+    spec.validate()
+    return spec
+
+
+def _table(embedding):
+    """The [V, C] table as the layer uses it: with `zero_pad`, row 0 (the
+    padding id) reads as zeros in lookups and in tied logits."""
+    table = _numpy(embedding.embeddings)
+    if embedding.zero_pad:
+        table[0] = 0.0
+    return table
+
+
+def _set_stack(spec, stack, embedding, positions, identity_output):
+    """Embeddings, positions, blocks and final norm of one stack."""
+    embeddings = spec.embeddings
+    # The encoder spec holds a list (one table per source feature).
+    if isinstance(embeddings, list):
+        embeddings = embeddings[0]
+    embeddings.weight = _table(embedding)
+    spec.scale_embeddings = bool(embedding.scale)
+    spec.position_encodings.encodings = positions.table()
+    for layer_spec, block in zip(spec.layer, stack.blocks):
+        _set_attention(layer_spec.self_attention, block, "self_attention",
+                       identity_output, fused_qkv=True)
+        if hasattr(block, "cross_attention"):
+            _set_attention(layer_spec.attention, block, "cross_attention",
+                           identity_output, fused_qkv=False)
+        _set_linear(layer_spec.ffn.linear_0, block.feed_forward.inner_dense)
+        _set_linear(layer_spec.ffn.linear_1, block.feed_forward.outer_dense)
+        _set_layer_norm(layer_spec.ffn.layer_norm,
+                        block.feed_forward_layer_norm)
+    final = getattr(stack, "final_layer_norm", None)
+    if final is not None:
+        _set_layer_norm(spec.layer_norm, final)
+
+
+def _set_attention(spec, block, name, identity_output, fused_qkv):
+    """Q, K, V (fused as CTranslate2 wants them), output and norm of the
+    block's attention `name`."""
+    attention = getattr(block, name)
+    query, key, value = (attention.query_dense, attention.key_dense,
+                         attention.value_dense)
+    if fused_qkv:
+        _set_fused(spec.linear[0], (query, key, value))
+    else:
+        _set_fused(spec.linear[0], (query,))
+        _set_fused(spec.linear[1], (key, value))
+    if identity_output:
+        width = query.kernel.shape[-1]
+        spec.linear[-1].weight = np.eye(width, dtype=np.float32)
+        spec.linear[-1].bias = np.zeros([width], np.float32)
+    else:
+        _set_linear(spec.linear[-1], attention.output_dense)
+    # The reference flavour's norm lives inside its attention layer.
+    layer_norm = getattr(block, f"{name}_layer_norm", None)
+    _set_layer_norm(spec.layer_norm, layer_norm or attention.layer_norm)
+
+
+def _linear_arrays(dense):
+    """(weight [out, in], bias [out]) of a Keras Dense (or EinsumDense whose
+    kernel flattens to [in, out])."""
+    kernel = _numpy(dense.kernel)
+    kernel = kernel.reshape(kernel.shape[0], -1)
+    bias = getattr(dense, "bias", None)
+    bias = (_numpy(bias).reshape(-1) if bias is not None
+            else np.zeros([kernel.shape[1]], np.float32))
+    return kernel.T, bias
+
+
+def _set_linear(spec, dense):
+    spec.weight, spec.bias = _linear_arrays(dense)
+
+
+def _set_fused(spec, denses):
+    arrays = [_linear_arrays(dense) for dense in denses]
+    spec.weight = np.concatenate([weight for weight, _ in arrays], axis=0)
+    spec.bias = np.concatenate([bias for _, bias in arrays], axis=0)
+
+
+def _set_layer_norm(spec, layer_norm):
+    spec.gamma = _numpy(layer_norm.gamma)
+    spec.beta = _numpy(layer_norm.beta)
+
+
+def _set_projection(spec, model):
+    if model.output_dense is None:
+        # Tied: logits = x · Eᵀ, no bias.
+        spec.weight = _table(model.target_embedding)
+        return
+    _set_linear(spec, model.output_dense)
