@@ -24,10 +24,10 @@ With `--references`, part 2 also prints each path's tokenised, lowercased
 BLEU (Multi30k's `tok/` references) at batch 64.
 
     python bench/serving.py                          # part 1
+    T=../shared/data/multi30k
     python bench/serving.py --model_dir=runs/m30k --batches=16,64 \\
-        --texts=../shared/data/multi30k/raw/test_2016_flickr.en.gz \\
-        --references=../shared/data/multi30k/tok/test_2016_flickr.lc.norm.tok.de.gz \\
-        --sentences=1000
+        --texts=$T/raw/test_2016_flickr.en.gz --sentences=1000 \\
+        --references=$T/tok/test_2016_flickr.lc.norm.tok.de.gz
 """
 
 import argparse
@@ -66,16 +66,18 @@ def best_time(fn, rounds):
 def ct2_translator(path, compute_type, threads):
     import ctranslate2
 
-    return ctranslate2.Translator(path, compute_type=compute_type,
-                                  inter_threads=1, intra_threads=threads)
+    return ctranslate2.Translator(
+        path, compute_type=compute_type, inter_threads=1, intra_threads=threads
+    )
 
 
 def architecture_rows(args, batch, beam, model, pieces, translators):
     """(name, seconds) of each path at one batch size and beam."""
     rng = np.random.default_rng(batch)
     ids = rng.integers(4, args.vocab, size=(batch, args.source_length - 1))
-    source = tf.constant(np.concatenate(
-        [ids, np.full([batch, 1], 3)], axis=1), "int32")
+    source = tf.constant(
+        np.concatenate([ids, np.full([batch, 1], 3)], axis=1), "int32"
+    )
     start_ids = tf.fill([batch], 2)
     steps, no_eos = args.steps, args.vocab
 
@@ -84,21 +86,38 @@ def architecture_rows(args, batch, beam, model, pieces, translators):
         memory, keep = model.encode(source, training=False)
         cache = model.init_decode_cache(memory, keep, steps)
         if beam == 1:
-            return decoding.greedy_search(model.decode_step, start_ids,
-                                          cache, steps, no_eos)
-        return decoding.beam_search(model.decode_step, start_ids, cache,
-                                    steps, no_eos, beam_size=beam,
-                                    alpha=args.alpha)
+            return decoding.greedy_search(
+                model.decode_step, start_ids, cache, steps, no_eos
+            )
+        return decoding.beam_search(
+            model.decode_step,
+            start_ids,
+            cache,
+            steps,
+            no_eos,
+            beam_size=beam,
+            alpha=args.alpha,
+        )
 
-    rows = [("tfattn XLA", best_time(lambda: np.asarray(cached()[0]),
-                                     args.rounds)[0])]
+    rows = [
+        (
+            "tfattn XLA",
+            best_time(lambda: np.asarray(cached()[0]), args.rounds)[0],
+        )
+    ]
     tokens = [[pieces[i] for i in row] for row in ids.tolist()]
     for name, translator in translators.items():
+
         def run():
             return translator.translate_batch(
-                tokens, beam_size=beam, length_penalty=args.alpha,
-                min_decoding_length=steps, max_decoding_length=steps,
-                max_input_length=0)
+                tokens,
+                beam_size=beam,
+                length_penalty=args.alpha,
+                min_decoding_length=steps,
+                max_decoding_length=steps,
+                max_input_length=0,
+            )
+
         seconds, out = best_time(run, args.rounds)
         assert all(len(r.hypotheses[0]) == steps for r in out), name
         rows.append((name, seconds))
@@ -107,12 +126,18 @@ def architecture_rows(args, batch, beam, model, pieces, translators):
 
 def part_architecture(args):
     model = tfattn.Transformer(
-        args.vocab, num_layers=args.layers, num_units=args.units,
-        num_heads=args.heads, ffn_units=4 * args.units, dropout_rate=0.0,
-        max_length=max(args.steps, args.source_length) + 1)
+        args.vocab,
+        num_layers=args.layers,
+        num_units=args.units,
+        num_heads=args.heads,
+        ffn_units=4 * args.units,
+        dropout_rate=0.0,
+        max_length=max(args.steps, args.source_length) + 1,
+    )
     model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
     pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [
-        f"t{i}" for i in range(4, args.vocab)]
+        f"t{i}" for i in range(4, args.vocab)
+    ]
     spec = ctranslate2_spec.transformer_spec(model, pieces)
     translators = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,31 +145,39 @@ def part_architecture(args):
         ct2_export._save_spec(spec, path, None)
         for compute_type in ("float32", "int8"):
             translators[f"ct2 {compute_type}"] = ct2_translator(
-                path, compute_type, args.threads)
-    print(f"part 1: {args.layers}+{args.layers} layers, width {args.units}, "
-          f"vocabulary {args.vocab}, {model.count_params() / 1e6:.1f}M "
-          f"parameters; sources {args.source_length} tokens, exactly "
-          f"{args.steps} output tokens per row; best of {args.rounds}")
+                path, compute_type, args.threads
+            )
+    print(
+        f"part 1: {args.layers}+{args.layers} layers, width {args.units}, "
+        f"vocabulary {args.vocab}, {model.count_params() / 1e6:.1f}M "
+        f"parameters; sources {args.source_length} tokens, exactly "
+        f"{args.steps} output tokens per row; best of {args.rounds}"
+    )
     print_header()
     for beam in args.beams:
         for batch in args.batches:
-            rows = architecture_rows(args, batch, beam, model, pieces,
-                                     translators)
+            rows = architecture_rows(
+                args, batch, beam, model, pieces, translators
+            )
             print_rows(rows, batch, beam, batch * args.steps)
 
 
 def print_header():
-    print(f"{'path':16} {'beam':>4} {'batch':>5} {'sent/s':>8} "
-          f"{'tokens/s':>9} {'vs ct2 f32':>10}")
+    print(
+        f"{'path':16} {'beam':>4} {'batch':>5} {'sent/s':>8} "
+        f"{'tokens/s':>9} {'vs ct2 f32':>10}"
+    )
 
 
 def print_rows(rows, batch, beam, tokens, sentences=None):
     reference = dict(rows)["ct2 float32"]
     for name, seconds in rows:
         count = tokens[name] if isinstance(tokens, dict) else tokens
-        print(f"{name:16} {beam:4d} {batch:5d} "
-              f"{(sentences or batch) / seconds:8.1f} {count / seconds:9.0f} "
-              f"{reference / seconds:9.2f}x")
+        print(
+            f"{name:16} {beam:4d} {batch:5d} "
+            f"{(sentences or batch) / seconds:8.1f} {count / seconds:9.0f} "
+            f"{reference / seconds:9.2f}x"
+        )
 
 
 def read_lines(path, count):
@@ -156,26 +189,42 @@ def read_lines(path, count):
 
 def trained_paths(args, model, tokenizer, tmp, beam):
     """{name: texts -> translations} of the trained model's paths."""
-    decoding_args = dict(beam_size=beam, alpha=args.alpha,
-                         extra_length=args.extra_length)
-    paths = {"tfattn XLA": lambda texts: translate_texts(
-        model, tokenizer, texts, batch_size=len(texts), jit_compile=True,
-        **decoding_args)}
+    decoding_args = dict(
+        beam_size=beam, alpha=args.alpha, extra_length=args.extra_length
+    )
+    paths = {
+        "tfattn XLA": lambda texts: translate_texts(
+            model,
+            tokenizer,
+            texts,
+            batch_size=len(texts),
+            jit_compile=True,
+            **decoding_args,
+        )
+    }
     for name, jit in (("SavedModel", False), ("SavedModel jit", True)):
         directory = os.path.join(tmp, f"saved_{beam}_{jit}")
-        export.export_translator(model, tokenizer, directory,
-                                 jit_compile=jit, **decoding_args)
-        serve = export.load_translator(directory).signatures[
-            "serving_default"]
-        paths[name] = (lambda serve: lambda texts: [
-            t.decode() for t in serve(sentences=tf.constant(texts))[
-                "translations"].numpy()])(serve)
-    directory = export.to_ctranslate2(model, tokenizer,
-                                      os.path.join(tmp, f"ct2_{beam}"),
-                                      **decoding_args)
+        export.export_translator(
+            model, tokenizer, directory, jit_compile=jit, **decoding_args
+        )
+        serve = export.load_translator(directory).signatures["serving_default"]
+        paths[name] = (
+            lambda serve: (
+                lambda texts: [
+                    t.decode()
+                    for t in serve(sentences=tf.constant(texts))[
+                        "translations"
+                    ].numpy()
+                ]
+            )
+        )(serve)
+    directory = export.to_ctranslate2(
+        model, tokenizer, os.path.join(tmp, f"ct2_{beam}"), **decoding_args
+    )
     for compute_type in ("float32", "int8"):
         translator = export.load_ctranslate2(
-            directory, compute_type=compute_type, intra_threads=args.threads)
+            directory, compute_type=compute_type, intra_threads=args.threads
+        )
         paths[f"ct2 {compute_type}"] = translator.translate
     return paths
 
@@ -186,8 +235,10 @@ def part_trained(args):
 
     model, tokenizer, hp = run_dir.restore_model(args.model_dir)
     texts = read_lines(args.texts, args.sentences)
-    print(f"part 2: {args.model_dir} ({model.count_params() / 1e6:.1f}M "
-          f"parameters), the first {len(texts)} lines of {args.texts}")
+    print(
+        f"part 2: {args.model_dir} ({model.count_params() / 1e6:.1f}M "
+        f"parameters), the first {len(texts)} lines of {args.texts}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for beam in args.beams:
             paths = trained_paths(args, model, tokenizer, tmp, beam)
@@ -195,26 +246,39 @@ def part_trained(args):
             for batch in args.batches:
                 rows, tokens = [], {}
                 for name, translate in paths.items():
+
                     def run():
-                        return [out for start in range(0, len(texts), batch)
-                                for out in translate(
-                                    texts[start:start + batch])]
+                        return [
+                            out
+                            for start in range(0, len(texts), batch)
+                            for out in translate(texts[start : start + batch])
+                        ]
+
                     seconds, out = best_time(run, args.rounds)
-                    tokens[name] = int(tf.reduce_sum(
-                        tokenizer.tokenize(out).row_lengths()))
+                    tokens[name] = int(
+                        tf.reduce_sum(tokenizer.tokenize(out).row_lengths())
+                    )
                     rows.append((name, seconds))
                 print_rows(rows, batch, beam, tokens, len(texts))
             if args.references:
                 references = read_lines(args.references, len(texts))
                 for name, translate in paths.items():
-                    out = [o for start in range(0, len(texts), 64)
-                           for o in translate(texts[start:start + 64])]
-                    hypotheses = [evaluation.multi30k_tokenize(
-                        t, args.target_language) for t in out]
-                    score = evaluation.bleu(hypotheses, references,
-                                            tokenize="none")
-                    print(f"BLEU (tokenised, lowercased) beam {beam} "
-                          f"{name}: {score['score']:.2f}")
+                    out = [
+                        o
+                        for start in range(0, len(texts), 64)
+                        for o in translate(texts[start : start + 64])
+                    ]
+                    hypotheses = [
+                        evaluation.multi30k_tokenize(t, args.target_language)
+                        for t in out
+                    ]
+                    score = evaluation.bleu(
+                        hypotheses, references, tokenize="none"
+                    )
+                    print(
+                        f"BLEU (tokenised, lowercased) beam {beam} "
+                        f"{name}: {score['score']:.2f}"
+                    )
 
 
 def main():
@@ -233,8 +297,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model_dir", help="a trained run: part 2 only")
     parser.add_argument("--texts", help="source lines (.gz read too)")
-    parser.add_argument("--references",
-                        help="tokenised, lowercased reference lines")
+    parser.add_argument(
+        "--references", help="tokenised, lowercased reference lines"
+    )
     parser.add_argument("--target_language", default="de")
     parser.add_argument("--sentences", type=int, default=256)
     args = parser.parse_args()

@@ -32,8 +32,13 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 MAX_LENGTH = 32
 EXTRA = 5
 SOURCES = ["12", "345", "1000", "7 7", "40 019"]
-TARGETS = ["twelve", "three hundred forty-five", "one thousand", "seven",
-           "forty"]
+TARGETS = [
+    "twelve",
+    "three hundred forty-five",
+    "one thousand",
+    "seven",
+    "forty",
+]
 # Every configuration the export maps; reference_2017 is refused.
 EXPORTABLE = {
     "post_norm": dict(),
@@ -47,23 +52,37 @@ EXPORTABLE = {
 @pytest.fixture(scope="module")
 def tokenizer():
     keras.utils.set_random_seed(0)
-    pairs = numbers_splits(max_value=1200, num_validation=20,
-                           num_test=20)["train"][:300]
-    return train_tokenizer([s for pair in pairs for s in pair], None,
-                           vocab_size=40, split_digits=True)
+    pairs = numbers_splits(max_value=1200, num_validation=20, num_test=20)[
+        "train"
+    ][:300]
+    return train_tokenizer(
+        [s for pair in pairs for s in pair],
+        None,
+        vocab_size=40,
+        split_digits=True,
+    )
 
 
 def random_model(vocab_size, seed=1, **kwargs):
     """A 2+2-layer model whose every weight (norms and biases too) is
     random, so that a weight mapped to the wrong place shows."""
-    model = tfattn.Transformer(vocab_size, num_layers=2, num_units=16,
-                               num_heads=2, ffn_units=32, dropout_rate=0.0,
-                               max_length=MAX_LENGTH, seed=7, **kwargs)
+    model = tfattn.Transformer(
+        vocab_size,
+        num_layers=2,
+        num_units=16,
+        num_heads=2,
+        ffn_units=32,
+        dropout_rate=0.0,
+        max_length=MAX_LENGTH,
+        seed=7,
+        **kwargs,
+    )
     model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
     rng = np.random.default_rng(seed)
     for weight in model.weights:
-        weight.assign(weight.numpy()
-                      + rng.normal(0, 0.1, weight.shape).astype("float32"))
+        weight.assign(
+            weight.numpy() + rng.normal(0, 0.1, weight.shape).astype("float32")
+        )
     return model
 
 
@@ -72,8 +91,9 @@ def tfattn_log_probs(model, tokenizer, source, target):
     model's forward pass."""
     source_ids = tokenizer.tokenize([source])[0].numpy().tolist() + [3]
     target_ids = tokenizer.tokenize([target])[0].numpy().tolist()
-    logits = model((np.array([source_ids], "int32"),
-                    np.array([[2] + target_ids], "int32")))
+    logits = model(
+        (np.array([source_ids], "int32"), np.array([[2] + target_ids], "int32"))
+    )
     log_probs = tf.nn.log_softmax(logits[0]).numpy()
     return [log_probs[i, j] for i, j in enumerate(target_ids + [3])]
 
@@ -88,7 +108,8 @@ def ctranslate2_log_probs(path, sources_, targets):
 
 @pytest.mark.parametrize("name", sorted(EXPORTABLE))
 def test_scores_equal_tfattn_for_every_exportable_layout(
-        name, tokenizer, tmp_path):
+    name, tokenizer, tmp_path
+):
     model = random_model(tokenizer.vocab_size, **EXPORTABLE[name])
     path = export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
     theirs = ctranslate2_log_probs(path, SOURCES, TARGETS)
@@ -100,10 +121,12 @@ def test_scores_equal_tfattn_for_every_exportable_layout(
 def test_int8_export_scores_near_float32(tokenizer, tmp_path):
     model = random_model(tokenizer.vocab_size)
     float_path = export.to_ctranslate2(model, tokenizer, tmp_path / "f32")
-    int8_path = export.to_ctranslate2(model, tokenizer, tmp_path / "int8",
-                                      quantization="int8")
-    assert (os.path.getsize(os.path.join(int8_path, "model.bin"))
-            < os.path.getsize(os.path.join(float_path, "model.bin")))
+    int8_path = export.to_ctranslate2(
+        model, tokenizer, tmp_path / "int8", quantization="int8"
+    )
+    assert os.path.getsize(
+        os.path.join(int8_path, "model.bin")
+    ) < os.path.getsize(os.path.join(float_path, "model.bin"))
     exact = ctranslate2_log_probs(float_path, SOURCES, TARGETS)
     quantized = ctranslate2_log_probs(int8_path, SOURCES, TARGETS)
     for a, b in zip(exact, quantized):
@@ -111,13 +134,24 @@ def test_int8_export_scores_near_float32(tokenizer, tmp_path):
 
 
 def test_the_directory_holds_the_model_vocabulary_and_decoding(
-        tokenizer, tmp_path):
+    tokenizer, tmp_path
+):
     model = random_model(tokenizer.vocab_size)
-    path = export.to_ctranslate2(model, tokenizer, tmp_path / "ct2",
-                                 beam_size=3, alpha=0.8, extra_length=EXTRA)
+    path = export.to_ctranslate2(
+        model,
+        tokenizer,
+        tmp_path / "ct2",
+        beam_size=3,
+        alpha=0.8,
+        extra_length=EXTRA,
+    )
     names = set(os.listdir(path))
-    assert {"model.bin", "config.json", "spm.model",
-            "tfattn_decoding.json"} <= names
+    assert {
+        "model.bin",
+        "config.json",
+        "spm.model",
+        "tfattn_decoding.json",
+    } <= names
     with open(os.path.join(path, "tfattn_decoding.json")) as f:
         settings = json.load(f)
     assert settings["beam_size"] == 3 and settings["alpha"] == 0.8
@@ -141,14 +175,18 @@ def test_a_tokenizer_of_another_size_is_refused(tokenizer, tmp_path):
         export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
 
 
-@pytest.mark.parametrize("arguments, match", [
-    (dict(quantization="int4"), "quantization"),
-    (dict(beam_size=0), "beam_size"),
-    (dict(overwrite="yes"), "overwrite"),
-    (dict(path="gs://bucket/ct2"), "path"),
-])
-def test_bad_arguments_are_refused_by_name(arguments, match, tokenizer,
-                                           tmp_path):
+@pytest.mark.parametrize(
+    "arguments, match",
+    [
+        (dict(quantization="int4"), "quantization"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(overwrite="yes"), "overwrite"),
+        (dict(path="gs://bucket/ct2"), "path"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(
+    arguments, match, tokenizer, tmp_path
+):
     model = random_model(tokenizer.vocab_size)
     arguments = dict(dict(path=tmp_path / "ct2"), **arguments)
     with pytest.raises(ValueError, match=match):
@@ -156,8 +194,9 @@ def test_bad_arguments_are_refused_by_name(arguments, match, tokenizer,
     assert os.listdir(tmp_path) == []
 
 
-def test_an_existing_export_is_kept_unless_overwrite(tokenizer, tmp_path,
-                                                     monkeypatch):
+def test_an_existing_export_is_kept_unless_overwrite(
+    tokenizer, tmp_path, monkeypatch
+):
     model = random_model(tokenizer.vocab_size)
     path = export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
     before = open(os.path.join(path, "model.bin"), "rb").read()
@@ -169,22 +208,34 @@ def test_an_existing_export_is_kept_unless_overwrite(tokenizer, tmp_path,
 
     monkeypatch.setattr(ct2_export, "_save_spec", broken)
     with pytest.raises(OSError, match="disk full"):
-        export.to_ctranslate2(random_model(tokenizer.vocab_size, seed=2),
-                              tokenizer, path, overwrite=True)
+        export.to_ctranslate2(
+            random_model(tokenizer.vocab_size, seed=2),
+            tokenizer,
+            path,
+            overwrite=True,
+        )
     assert open(os.path.join(path, "model.bin"), "rb").read() == before
     assert os.listdir(tmp_path) == ["ct2"]
     monkeypatch.undo()
-    export.to_ctranslate2(random_model(tokenizer.vocab_size, seed=2),
-                          tokenizer, path, overwrite=True)
+    export.to_ctranslate2(
+        random_model(tokenizer.vocab_size, seed=2),
+        tokenizer,
+        path,
+        overwrite=True,
+    )
     assert open(os.path.join(path, "model.bin"), "rb").read() != before
 
 
 @pytest.fixture(scope="module")
 def untrained_pair(tokenizer, tmp_path_factory):
     model = random_model(tokenizer.vocab_size)
-    path = export.to_ctranslate2(model, tokenizer,
-                                 tmp_path_factory.mktemp("u") / "ct2",
-                                 beam_size=2, extra_length=EXTRA)
+    path = export.to_ctranslate2(
+        model,
+        tokenizer,
+        tmp_path_factory.mktemp("u") / "ct2",
+        beam_size=2,
+        extra_length=EXTRA,
+    )
     return model, export.load_ctranslate2(path)
 
 
@@ -193,14 +244,14 @@ def untrained_export(untrained_pair):
     return untrained_pair[1]
 
 
-def test_greedy_equals_tfattn_at_the_length_limits(untrained_pair,
-                                                   tokenizer):
+def test_greedy_equals_tfattn_at_the_length_limits(untrained_pair, tokenizer):
     """A random model rarely emits EOS, so most rows run to their limit
     (source + EXTRA), and empty and over-long sources are among them."""
     model, translator = untrained_pair
     texts = SOURCES + ["", "1" * 40, "9 9 9 9 9 9"]
-    ours = translate_texts(model, tokenizer, texts, beam_size=1, alpha=0.0,
-                           extra_length=EXTRA)
+    ours = translate_texts(
+        model, tokenizer, texts, beam_size=1, alpha=0.0, extra_length=EXTRA
+    )
     assert translator.translate(texts, beam_size=1) == ours
 
 
@@ -217,8 +268,9 @@ def test_text_in_text_out_with_empty_and_over_long_sources(untrained_export):
     assert len(pieces[2]) == MAX_LENGTH - EXTRA - 1
 
 
-@pytest.mark.parametrize("texts, match", [
-    ("12", "texts"), ([12], r"texts\[0\]"), (None, "texts")])
+@pytest.mark.parametrize(
+    "texts, match", [("12", "texts"), ([12], r"texts\[0\]"), (None, "texts")]
+)
 def test_bad_texts_are_refused_by_name(untrained_export, texts, match):
     with pytest.raises(ValueError, match=match):
         untrained_export.translate(texts)
@@ -238,28 +290,37 @@ def test_loading_a_directory_that_is_no_export_says_so(tmp_path):
 def trained_dir(tmp_path_factory):
     """A tiny model trained on the numbers task, in its model directory."""
     model_dir = tmp_path_factory.mktemp("numbers")
-    hp = config.parse_overrides(hparams.get("tiny"),
-                                "num_layers=1,checkpoint_every_steps=300")
+    hp = config.parse_overrides(
+        hparams.get("tiny"), "num_layers=1,checkpoint_every_steps=300"
+    )
     training.train(hp, "numbers", model_dir, steps=300, verbose=0)
     return str(model_dir)
 
 
 @pytest.mark.slow
-def test_trained_model_greedy_translations_are_tfattn_s(trained_dir,
-                                                        tmp_path):
+def test_trained_model_greedy_translations_are_tfattn_s(trained_dir, tmp_path):
     model, tokenizer, _ = run_dir.restore_model(trained_dir)
-    path = export.to_ctranslate2(model, tokenizer, tmp_path / "ct2",
-                                 beam_size=1, alpha=0.0, extra_length=16)
-    test = sources.load_pairs(sources.parse_dataset_spec("numbers"), "test",
-                              limit=200)
+    path = export.to_ctranslate2(
+        model,
+        tokenizer,
+        tmp_path / "ct2",
+        beam_size=1,
+        alpha=0.0,
+        extra_length=16,
+    )
+    test = sources.load_pairs(
+        sources.parse_dataset_spec("numbers"), "test", limit=200
+    )
     texts = [source for source, _ in test]
-    ours = translate_texts(model, tokenizer, texts, beam_size=1, alpha=0.0,
-                           extra_length=16)
+    ours = translate_texts(
+        model, tokenizer, texts, beam_size=1, alpha=0.0, extra_length=16
+    )
     theirs = export.load_ctranslate2(path).translate(texts)
     same = np.mean([a == b for a, b in zip(ours, theirs)])
     assert same >= 0.99, [(a, b) for a, b in zip(ours, theirs) if a != b]
-    scored = ctranslate2_log_probs(path, texts[:20],
-                                   [target for _, target in test[:20]])
+    scored = ctranslate2_log_probs(
+        path, texts[:20], [target for _, target in test[:20]]
+    )
     for (source, target), row in zip(test[:20], scored):
         ours = tfattn_log_probs(model, tokenizer, source, target)
         np.testing.assert_allclose(row, ours, atol=1e-4, rtol=0)
@@ -269,14 +330,17 @@ def test_trained_model_greedy_translations_are_tfattn_s(trained_dir,
 def test_the_export_mode_writes_a_ctranslate2_directory(trained_dir):
     lines = []
     command = commands.Command(
-        mode=commands.EXPORT, model_dir=trained_dir,
+        mode=commands.EXPORT,
+        model_dir=trained_dir,
         dataset=sources.parse_dataset_spec("numbers"),
         export_format=commands.CTRANSLATE2,
-        ctranslate2_quantization="int8")
+        ctranslate2_quantization="int8",
+    )
     path = commands.run_export(command, report=lines.append)
     assert path == os.path.join(trained_dir, "ctranslate2")
-    assert lines == [f"Exported a CTranslate2 translator (int8 weights) to "
-                     f"{path}"]
+    assert lines == [
+        f"Exported a CTranslate2 translator (int8 weights) to {path}"
+    ]
     with open(os.path.join(path, "tfattn_decoding.json")) as f:
         settings = json.load(f)
     assert settings["quantization"] == "int8"

@@ -13,6 +13,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, "README.md")
 # The snippet that loads the run command's export.
 EXPORT = "runs/tiny_numbers/export"
+# The snippet that loads its CTranslate2 export.
+EXPORT_CT2 = "runs/tiny_numbers/ctranslate2"
 
 
 def python_snippets():
@@ -31,7 +33,8 @@ def test_the_readme_has_python_snippets():
 
 @pytest.fixture
 def export_of_the_run_command(tmp_path, monkeypatch):
-    """What the README's run command leaves in runs/tiny_numbers/export,
+    """What the README's run command leaves in runs/tiny_numbers/export
+    (and the CTranslate2 export command in runs/tiny_numbers/ctranslate2),
     from a small untrained model (the snippet only has to run)."""
     import tfattn
     from tfattn import export
@@ -59,13 +62,16 @@ def export_of_the_run_command(tmp_path, monkeypatch):
     export.export_translator(
         model, tokenizer, EXPORT, beam_size=1, extra_length=5
     )
+    export.to_ctranslate2(
+        model, tokenizer, EXPORT_CT2, beam_size=1, extra_length=5
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
     snippet = SNIPPETS[index]
-    if EXPORT in snippet:
+    if EXPORT in snippet or EXPORT_CT2 in snippet:
         request.getfixturevalue("export_of_the_run_command")
     else:
         monkeypatch.chdir(tmp_path)

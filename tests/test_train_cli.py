@@ -81,7 +81,19 @@ def parse(*args):
         (["--train_steps=0"], "--train_steps=0"),
         (
             ["--export_dir=/tmp/e"],
-            "--export_dir and --overwrite_export are only used",
+            "--export_dir only apply with --mode=export",
+        ),
+        (
+            ["--export_format=ctranslate2"],
+            "--export_format=ctranslate2 only apply with --mode=export",
+        ),
+        (
+            ["--mode=export", "--ctranslate2_quantization=int8"],
+            "only applies with --export_format=ctranslate2",
+        ),
+        (
+            ["--mode=export", "--export_format=onnx"],
+            "value should be one of <saved_model|ctranslate2>",
         ),
         (["--mode=eval", "--train_steps=5"], "only apply with --mode=train"),
         (["--dataset=wmt"], "Unknown dataset 'wmt'"),
