@@ -20,8 +20,9 @@ first `--sentences` lines of `--texts`, each path with its own stopping
   `jit_compile=True`), called through `serving_default`;
 - `ct2 float32`, `ct2 int8`: `to_ctranslate2`, `load_ctranslate2`.
 
-With `--references`, part 2 also prints each path's tokenised, lowercased
-BLEU (Multi30k's `tok/` references) at batch 64.
+With `--references`, part 2 also prints the tokenised, lowercased BLEU
+(Multi30k's `tok/` references) of tfattn's and CTranslate2's translations
+of every line of `--texts`, at batch 64.
 
     python bench/serving.py                          # part 1
     T=../shared/data/multi30k
@@ -229,15 +230,27 @@ def trained_paths(args, model, tokenizer, tmp, beam):
     return paths
 
 
+def translate_all(translate, texts, batch):
+    return [
+        out
+        for start in range(0, len(texts), batch)
+        for out in translate(texts[start : start + batch])
+    ]
+
+
 def part_trained(args):
     from tfattn import evaluation
     from tfattn import run_dir
 
-    model, tokenizer, hp = run_dir.restore_model(args.model_dir)
-    texts = read_lines(args.texts, args.sentences)
+    model, tokenizer, _ = run_dir.restore_model(
+        args.model_dir, average_last=args.average_checkpoints
+    )
+    lines = read_lines(args.texts, None)
+    texts = lines[: args.sentences]
     print(
         f"part 2: {args.model_dir} ({model.count_params() / 1e6:.1f}M "
-        f"parameters), the first {len(texts)} lines of {args.texts}"
+        f"parameters, {args.average_checkpoints} checkpoint(s) averaged), "
+        f"the first {len(texts)} lines of {args.texts}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for beam in args.beams:
@@ -246,39 +259,30 @@ def part_trained(args):
             for batch in args.batches:
                 rows, tokens = [], {}
                 for name, translate in paths.items():
-
-                    def run():
-                        return [
-                            out
-                            for start in range(0, len(texts), batch)
-                            for out in translate(texts[start : start + batch])
-                        ]
-
-                    seconds, out = best_time(run, args.rounds)
+                    seconds, out = best_time(
+                        lambda: translate_all(translate, texts, batch),
+                        args.rounds,
+                    )
                     tokens[name] = int(
                         tf.reduce_sum(tokenizer.tokenize(out).row_lengths())
                     )
                     rows.append((name, seconds))
                 print_rows(rows, batch, beam, tokens, len(texts))
-            if args.references:
-                references = read_lines(args.references, len(texts))
-                for name, translate in paths.items():
-                    out = [
-                        o
-                        for start in range(0, len(texts), 64)
-                        for o in translate(texts[start : start + 64])
-                    ]
-                    hypotheses = [
-                        evaluation.multi30k_tokenize(t, args.target_language)
-                        for t in out
-                    ]
-                    score = evaluation.bleu(
-                        hypotheses, references, tokenize="none"
-                    )
-                    print(
-                        f"BLEU (tokenised, lowercased) beam {beam} "
-                        f"{name}: {score['score']:.2f}"
-                    )
+            if not args.references:
+                continue
+            # Every line; the SavedModels translate as `tfattn XLA` does.
+            references = read_lines(args.references, None)
+            for name in ("tfattn XLA", "ct2 float32", "ct2 int8"):
+                out = translate_all(paths[name], lines, 64)
+                hypotheses = [
+                    evaluation.multi30k_tokenize(t, args.target_language)
+                    for t in out
+                ]
+                score = evaluation.bleu(hypotheses, references, tokenize="none")
+                print(
+                    f"BLEU (tokenised, lowercased, {len(lines)} lines) "
+                    f"beam {beam} {name}: {score['score']:.2f}"
+                )
 
 
 def main():
@@ -301,7 +305,13 @@ def main():
         "--references", help="tokenised, lowercased reference lines"
     )
     parser.add_argument("--target_language", default="de")
-    parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=256,
+        help="lines timed (BLEU scores every line)",
+    )
+    parser.add_argument("--average_checkpoints", type=int, default=1)
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     args.beams = [int(b) for b in args.beams.split(",")]
