@@ -91,7 +91,7 @@ def main():
         num_heads=4,
         ffn_units=1024,
         dropout_rate=0.0,
-        max_length=args.steps + 1,
+        max_length=max(args.steps, args.source_length) + 1,
     )
     rng = np.random.default_rng(0)
     source = tf.constant(
