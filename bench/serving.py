@@ -203,7 +203,12 @@ def trained_paths(args, model, tokenizer, tmp, beam):
             **decoding_args,
         )
     }
-    for name, jit in (("SavedModel", False), ("SavedModel jit", True)):
+    saved_models = (
+        ()
+        if args.bleu_only
+        else (("SavedModel", False), ("SavedModel jit", True))
+    )
+    for name, jit in saved_models:
         directory = os.path.join(tmp, f"saved_{beam}_{jit}")
         export.export_translator(
             model, tokenizer, directory, jit_compile=jit, **decoding_args
@@ -256,7 +261,7 @@ def part_trained(args):
         for beam in args.beams:
             paths = trained_paths(args, model, tokenizer, tmp, beam)
             print_header()
-            for batch in args.batches:
+            for batch in [] if args.bleu_only else args.batches:
                 rows, tokens = [], {}
                 for name, translate in paths.items():
                     seconds, out = best_time(
@@ -312,6 +317,11 @@ def main():
         help="lines timed (BLEU scores every line)",
     )
     parser.add_argument("--average_checkpoints", type=int, default=1)
+    parser.add_argument(
+        "--bleu_only",
+        action="store_true",
+        help="part 2: only the BLEU of --references",
+    )
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     args.beams = [int(b) for b in args.beams.split(",")]
