@@ -32,7 +32,7 @@ import tfattn  # noqa: E402
 from tfattn import decoding  # noqa: E402
 
 
-def search_function(model, source, steps, vocab, beam):
+def search_function(model, source, steps, vocab, beam, alpha=0.6):
     """One compiled search over `source`; EOS is out of the vocabulary."""
     start = tf.fill([source.shape[0]], 2)
 

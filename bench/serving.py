@@ -38,6 +38,7 @@ import tempfile
 import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
+from beam_profile import search_function
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -46,7 +47,6 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
-from tfattn import decoding  # noqa: E402
 from tfattn import export  # noqa: E402
 from tfattn.export import ctranslate2 as ct2_export  # noqa: E402
 from tfattn.export import ctranslate2_spec  # noqa: E402
@@ -79,31 +79,14 @@ def architecture_rows(args, batch, beam, model, pieces, translators):
     source = tf.constant(
         np.concatenate([ids, np.full([batch, 1], 3)], axis=1), "int32"
     )
-    start_ids = tf.fill([batch], 2)
-    steps, no_eos = args.steps, args.vocab
-
-    @tf.function(jit_compile=True)
-    def cached():
-        memory, keep = model.encode(source, training=False)
-        cache = model.init_decode_cache(memory, keep, steps)
-        if beam == 1:
-            return decoding.greedy_search(
-                model.decode_step, start_ids, cache, steps, no_eos
-            )
-        return decoding.beam_search(
-            model.decode_step,
-            start_ids,
-            cache,
-            steps,
-            no_eos,
-            beam_size=beam,
-            alpha=args.alpha,
-        )
-
+    cached = search_function(
+        model, source, args.steps, args.vocab, beam, args.alpha
+    )
+    steps = args.steps
     rows = [
         (
             "tfattn XLA",
-            best_time(lambda: np.asarray(cached()[0]), args.rounds)[0],
+            best_time(lambda: np.asarray(cached()), args.rounds)[0],
         )
     ]
     tokens = [[pieces[i] for i in row] for row in ids.tolist()]

@@ -126,7 +126,6 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
                     extra_length=int(extra_length),
                     max_source_length=max_source_length,
                     max_length=max_length)
-    files.refuse_existing(path, overwrite)
     with files.directory_written_atomically(path, overwrite) as tmp_dir:
         model_dir = os.path.join(tmp_dir, "model")
         _save_spec(spec, model_dir, quantization)
