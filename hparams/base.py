@@ -26,6 +26,7 @@ HPARAMS = HParams(
     embeddings_initializer="glorot_uniform",  # Keras's default.
     vocab_size=37000,  # §5.1: shared source-target vocabulary of ~37,000.
     tokenizer_model_type="bpe",  # Byte-pair encoding.
+    tokenizer_normalization="nmt_nfkc",  # SentencePiece's default; cased.
     # Training.
     batch_size=None,  # Batches are sized in tokens, not sentences.
     tokens_per_batch=25000,  # §5.1: ~25,000 source + ~25,000 target tokens.

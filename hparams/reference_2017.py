@@ -34,6 +34,7 @@ HPARAMS = HParams(
                                               # 2017 code.
     vocab_size=18559,  # Union of the min_cnt=20 word vocabularies (above).
     tokenizer_model_type="word",  # Whitespace words, not subwords.
+    tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     # Training.
     batch_size=32,  # batch_size = 32 sentence pairs.
     tokens_per_batch=None,  # Batches in sentences.

@@ -29,6 +29,7 @@ HPARAMS = HParams(
                                               # 2019 code.
     vocab_size=32000,  # --vocab_size 32000.
     tokenizer_model_type="bpe",  # prepro.py: --model_type=bpe.
+    tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     # Training.
     batch_size=128,  # --batch_size 128 sentence pairs.
     tokens_per_batch=None,  # Batches in sentences.

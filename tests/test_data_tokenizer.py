@@ -263,6 +263,25 @@ def test_rejects_models_with_other_special_ids(tmp_path):
         SubwordTokenizer(writer.getvalue())
 
 
+def test_case_folding_normalization(trained, tmp_path):
+    default, _ = trained
+    assert (default.normalization, default.folds_case) == ("nmt_nfkc", False)
+    folded = train_tokenizer(
+        SENTENCES, tmp_path, vocab_size=64, normalization="nmt_nfkc_cf"
+    )
+    assert (folded.normalization, folded.folds_case) == ("nmt_nfkc_cf", True)
+    text = "Ein MANN Läuft in The Park."
+    # The rule lives in spm.model: the reloaded tokenizer folds case too,
+    # in-graph, and its output is the lowercased input.
+    reloaded = load_tokenizer(tmp_path)
+    assert reloaded.folds_case
+    ids = reloaded.tokenize([text])
+    assert reloaded.detokenize(ids).numpy()[0].decode() == text.lower()
+    assert ids.to_list() == folded.tokenize([text.lower()]).to_list()
+    cased = default.detokenize(default.tokenize([text])).numpy()[0].decode()
+    assert cased != text.lower()
+
+
 def test_invalid_arguments(tmp_path):
     with pytest.raises(ValueError, match="argument `vocab_size`"):
         train_tokenizer(SENTENCES, tmp_path, vocab_size=0)
@@ -272,4 +291,6 @@ def test_invalid_arguments(tmp_path):
         train_tokenizer(["", "  "], tmp_path)
     with pytest.raises(ValueError, match="argument `sentences`"):
         train_tokenizer([1, 2], tmp_path)
+    with pytest.raises(ValueError, match="argument `normalization`.*'nfc'"):
+        train_tokenizer(SENTENCES, tmp_path, normalization="nfc")
     assert not os.listdir(tmp_path)

@@ -33,6 +33,10 @@ from tfattn.validation import invalid_argument
 _CONTEXT = "HParams"
 POSITIONAL_ENCODINGS = ("sinusoid", "sinusoid_2017", "learned")
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe", "char", "word")
+# SentencePiece's normalisation rules (tfattn.data.tokenizer.NORMALIZATIONS;
+# kept here so that reading hparams needs no TensorFlow).
+TOKENIZER_NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf",
+                            "identity")
 LEARNING_RATE_SCHEDULES = ("noam", "constant", "cosine")
 # "glorot_uniform": Keras's default; "scaled_normal": N(0, num_units^-0.5),
 # as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale).
@@ -80,6 +84,9 @@ class HParams:
     vocab_size: int
     # SentencePiece model type: "unigram", "bpe", "char" or "word".
     tokenizer_model_type: str
+    # SentencePiece normalisation rule; "nmt_nfkc_cf" also lowercases, so
+    # the model reads and writes lowercased text.
+    tokenizer_normalization: str
 
     # --- Training.
     # Sentence pairs per step, over all replicas; None = use tokens_per_batch.
@@ -155,6 +162,7 @@ MODEL_FIELDS = (
     "dropout_rate", "attention_dropout_rate", "normalize_first",
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
     "embeddings_initializer", "vocab_size", "tokenizer_model_type",
+    "tokenizer_normalization",
 )
 DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
                    "average_checkpoints")
@@ -172,7 +180,8 @@ RESUMABLE_FIELDS = (
 # runs: a saved hparams.json without them still loads.
 ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
                     eval_every_steps=0, eval_sentences=200,
-                    average_checkpoints=1)
+                    average_checkpoints=1,
+                    tokenizer_normalization="nmt_nfkc")
 
 
 def field_names():
@@ -269,6 +278,7 @@ def _check_choices(hp):
             ("flavor", FLAVORS),
             ("positional_encoding", POSITIONAL_ENCODINGS),
             ("tokenizer_model_type", TOKENIZER_MODEL_TYPES),
+            ("tokenizer_normalization", TOKENIZER_NORMALIZATIONS),
             ("learning_rate_schedule", LEARNING_RATE_SCHEDULES),
             ("embeddings_initializer", EMBEDDINGS_INITIALIZERS)):
         if getattr(hp, name) not in choices:

@@ -225,8 +225,9 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
             `tfattn.translate.translate_texts`.
 
     Returns:
-        dict: `split`, `num_sentences`, `beam_size`, `alpha`, `bleu` (cased
-        detokenised sacreBLEU, 13a) and `bleu_signature`, `hyp_len`,
+        dict: `split`, `num_sentences`, `beam_size`, `alpha`, `bleu`
+        (detokenised sacreBLEU, 13a; cased unless the tokenizer folds case:
+        `bleu_lowercase` says which) and `bleu_signature`, `hyp_len`,
         `ref_len`, `seconds` (translation time), the two file paths, and with
         tokenised references also `bleu_tokenized_lowercased`, its signature,
         lengths and `tokenized_hypotheses` (how hypotheses were tokenised).
@@ -246,7 +247,9 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
     # One translation per line, whatever the pieces decode to.
     hypotheses = [" ".join(h.splitlines()) for h in hypotheses]
 
-    cased = bleu(hypotheses, references, tokenize="13a")
+    # A case-folding vocabulary writes lowercase: its BLEU is caseless.
+    cased = bleu(hypotheses, references, tokenize="13a",
+                 lowercase=_folds_case(tokenizer))
     model_dir = str(model_dir)
     translations_path = os.path.join(model_dir,
                                      f"translations_{split_name}.txt")
@@ -258,6 +261,7 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
         "alpha": float(alpha),
         "bleu": cased["score"],
         "bleu_signature": cased["signature"],
+        "bleu_lowercase": _folds_case(tokenizer),
         "hyp_len": cased["hyp_len"],
         "ref_len": cased["ref_len"],
         "seconds": seconds,
@@ -294,7 +298,8 @@ def greedy_bleu(model, tokenizer, pairs, batch_size=64, extra_length=50):
     """Cased sacreBLEU (13a) of greedy translations of `pairs`: the cheap
     score that training logs every `eval_every_steps` (a fixed subset of the
     validation split, so that the curve is comparable across steps; not the
-    final beam-search score).
+    final beam-search score). Case-insensitive when the tokenizer folds case
+    (its translations are lowercase).
 
     Args:
         model: a built `tfattn.Transformer`.
@@ -311,4 +316,9 @@ def greedy_bleu(model, tokenizer, pairs, batch_size=64, extra_length=50):
         model, tokenizer, [s for s, _ in pairs], beam_size=1,
         batch_size=batch_size, extra_length=extra_length)
     return bleu([" ".join(h.splitlines()) for h in hypotheses],
-                [r for _, r in pairs])["score"]
+                [r for _, r in pairs],
+                lowercase=_folds_case(tokenizer))["score"]
+
+
+def _folds_case(tokenizer):
+    return bool(getattr(tokenizer, "folds_case", False))

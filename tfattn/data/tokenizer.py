@@ -20,6 +20,7 @@ import os
 import re
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
@@ -36,6 +37,9 @@ EOS_ID = 3
 MODEL_FILENAME = "spm.model"
 VOCAB_FILENAME = "spm.vocab"
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
+# SentencePiece's built-in normalisation rules; the `_cf` ones also fold
+# case, so a model of such a vocabulary reads and writes lowercased text.
+NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\).*<= (\d+)")
 _TOO_LOW = re.compile(
@@ -54,6 +58,10 @@ class SubwordTokenizer(tf.Module):
 
     Attributes:
         vocab_size: int. The number of pieces, special ones included.
+        normalization: str. The model's normalisation rule (one of
+            `NORMALIZATIONS`, or another name a model was trained with).
+        folds_case: bool. Whether that rule lowercases the text, so that
+            detokenised output is lowercase.
         pad_id, unk_id, bos_id, eos_id: int. 0, 1, 2 and 3.
         model_proto: bytes. The serialized model.
 
@@ -99,6 +107,8 @@ class SubwordTokenizer(tf.Module):
         self._processor = processor
         self._model_proto = model_proto
         self.vocab_size = processor.get_piece_size()
+        self.normalization = _normalization_name(model_proto)
+        self.folds_case = self.normalization.endswith("_cf")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = got
         self._sp = tf_text.SentencepieceTokenizer(
             model=model_proto, out_type=tf.int32
@@ -172,6 +182,12 @@ class SubwordTokenizer(tf.Module):
         return self._processor.piece_to_id(piece)
 
 
+def _normalization_name(model_proto):
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_proto)
+    return proto.normalizer_spec.name
+
+
 def _vocab_text(processor):
     lines = [
         f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
@@ -198,6 +214,7 @@ def train_tokenizer(
     model_type="unigram",
     character_coverage=1.0,
     split_digits=False,
+    normalization="nmt_nfkc",
     num_threads=1,
     seed=0,
 ):
@@ -225,6 +242,12 @@ def train_tokenizer(
             the vocabulary; the rest map to unk. Defaults to `1.0`.
         split_digits: bool. Make every digit its own piece (use it for the
             numbers task). Defaults to `False`.
+        normalization: str. SentencePiece's normalisation rule, one of
+            `NORMALIZATIONS`: `'nmt_nfkc'` (NFKC plus NMT's whitespace and
+            control-character clean-up, SentencePiece's default),
+            `'nfkc'`, their case-folding `'nmt_nfkc_cf'` and `'nfkc_cf'`,
+            or `'identity'`. The rule is stored in the model and applied
+            whenever it tokenises. Defaults to `'nmt_nfkc'`.
         num_threads: int. Trainer threads. Defaults to `1`.
         seed: int. Seed of sentencepiece's random generator. Defaults to `0`.
 
@@ -243,6 +266,7 @@ def train_tokenizer(
         )
     if not isinstance(split_digits, bool):
         raise invalid_argument("split_digits", "a Python bool", split_digits)
+    check_choice("normalization", normalization, NORMALIZATIONS)
     num_threads = check_positive_int("num_threads", num_threads)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise invalid_argument("seed", "a non-negative integer", seed)
@@ -269,6 +293,7 @@ def train_tokenizer(
         model_type=model_type,
         character_coverage=float(character_coverage),
         split_digits=split_digits,
+        normalization_rule_name=normalization,
         num_threads=num_threads,
         pad_id=PAD_ID,
         unk_id=UNK_ID,
