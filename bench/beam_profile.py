@@ -11,7 +11,15 @@ exactly `--steps` tokens per row, each row one XLA while-loop:
   self-attention cache by parent beam skipped (its output is wrong; only
   its time matters): the reorder's share is the difference;
 - `log_softmax + top_k`: only the search's scoring of the K*V candidates,
-  `--steps` times.
+  `--steps` times;
+- `greedy B` and `beam K`, `no XLA`: the same searches in a plain
+  `tf.function` graph (TensorFlow's own kernels, oneDNN's matmuls).
+
+Then the rate of the decoder step's matmuls alone (the FFN and fused
+Q/K/V products of one block, and the output projection), at B and B*K
+rows, `--steps` products per call, compiled by XLA against TensorFlow's
+graph kernels: what each runtime's matmuls reach at decoding's skinny
+shapes.
 
     python bench/beam_profile.py              # batch 16, beam 4, 64 tokens
 """
@@ -32,11 +40,11 @@ import tfattn  # noqa: E402
 from tfattn import decoding  # noqa: E402
 
 
-def search_function(model, source, steps, vocab, beam, alpha=0.6):
+def search_function(model, source, steps, vocab, beam, alpha=0.6, xla=True):
     """One compiled search over `source`; EOS is out of the vocabulary."""
     start = tf.fill([source.shape[0]], 2)
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=xla)
     def search():
         memory, keep = model.encode(source, training=False)
         cache = model.init_decode_cache(memory, keep, steps)
@@ -72,6 +80,58 @@ def scoring_function(batch, beam, vocab, steps):
         )[1]
 
     return scoring
+
+
+def matmul_rate_functions(rows, width, ffn, vocab, repeats):
+    """GFLOP per call and `{xla: function}` of the step's matmuls."""
+    rng = np.random.default_rng(0)
+
+    def weight(*shape):
+        return tf.constant(rng.standard_normal(shape, dtype=np.float32))
+
+    x = weight(rows, width)
+    ffn_in, ffn_out = weight(width, ffn), weight(ffn, width)
+    qkv, out = weight(width, 3 * width), weight(width, vocab)
+
+    def products():
+        total = tf.zeros([rows, width])
+        for i in range(repeats):  # `i` keeps the products apart.
+            h = x + float(i)
+            total += tf.matmul(tf.matmul(h, ffn_in), ffn_out)
+            total += tf.matmul(h, qkv)[:, :width]
+            total += tf.matmul(h, out)[:, :width]
+        return total
+
+    gflop = 2 * rows * width * (2 * ffn + 3 * width + vocab) * repeats / 1e9
+    return gflop, {
+        xla: tf.function(products, jit_compile=xla) for xla in (True, False)
+    }
+
+
+def best_times(functions, rounds):
+    """Best wall time of each function, rounds interleaved."""
+    best = {}
+    for name, function in functions.items():
+        np.asarray(function())
+        best[name] = float("inf")
+    for _ in range(rounds):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            np.asarray(function())
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def print_matmul_rates(batch, beam, vocab, steps, rounds):
+    print("decoder-step matmuls alone (FFN, fused QKV, output projection):")
+    for rows in (batch, batch * beam):
+        gflop, functions = matmul_rate_functions(rows, 256, 1024, vocab, steps)
+        best = best_times(functions, rounds)
+        rates = {xla: gflop / seconds for xla, seconds in best.items()}
+        print(
+            f"  {rows:3d} rows: XLA {rates[True]:6.1f} GFLOP/s, "
+            f"TensorFlow graph {rates[False]:6.1f} GFLOP/s"
+        )
 
 
 def main():
@@ -117,15 +177,13 @@ def main():
     functions["log_softmax + top_k"] = scoring_function(
         batch, beam, vocab, args.steps
     )
-    best = {}
-    for name, function in functions.items():
-        np.asarray(function())
-        best[name] = float("inf")
-    for _ in range(args.rounds):  # interleaved rounds
-        for name, function in functions.items():
-            start = time.perf_counter()
-            np.asarray(function())
-            best[name] = min(best[name], time.perf_counter() - start)
+    functions[f"greedy {batch}, no XLA"] = search_function(
+        model, source, args.steps, vocab, 1, xla=False
+    )
+    functions[f"beam {beam}, no XLA"] = search_function(
+        model, source, args.steps, vocab, beam, xla=False
+    )
+    best = best_times(functions, args.rounds)
     beam_time = best[f"beam {beam}"]
     print(
         f"batch {batch}, beam {beam}, {args.steps} tokens per row, "
@@ -136,6 +194,7 @@ def main():
             f"{name:28} {seconds * 1e3:8.1f} ms {seconds / beam_time:6.0%}"
             " of beam"
         )
+    print_matmul_rates(batch, beam, vocab, args.steps, args.rounds)
 
 
 if __name__ == "__main__":
