@@ -187,6 +187,49 @@ def test_multi30k_tokenized_reference_length():
 # Translation and evaluation.
 
 
+class _CaseFolding:
+    """A tokenizer that says it folds case, delegating everything else."""
+
+    folds_case = True
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def test_bleu_is_caseless_for_a_case_folding_tokenizer(
+    tiny, tmp_path, monkeypatch
+):
+    model, tokenizer, pairs = tiny
+    # Lowercase translations, as a case-folding vocabulary writes them,
+    # against cased references: a caseless score is 100, a cased one less.
+    written = [
+        f"a dog number {i} runs across the green park ." for i in range(7)
+    ]
+    monkeypatch.setattr(
+        evaluation, "translate_texts", lambda *args, **kwargs: list(written)
+    )
+    cased_pairs = [
+        (s, "A Dog " + t[len("a dog ") :]) for (s, _), t in zip(pairs, written)
+    ]
+    assert not tokenizer.folds_case
+    cased = evaluation.greedy_bleu(model, tokenizer, cased_pairs)
+    assert cased < 90.0
+    folding = _CaseFolding(tokenizer)
+    assert evaluation.greedy_bleu(model, folding, cased_pairs) == pytest.approx(
+        100.0
+    )
+    metrics = evaluation.evaluate(model, folding, cased_pairs, tmp_path, "val")
+    assert metrics["bleu_lowercase"] is True
+    assert "case:lc" in metrics["bleu_signature"]
+    assert metrics["bleu"] == pytest.approx(100.0)
+    plain = evaluation.evaluate(model, tokenizer, cased_pairs, tmp_path, "val")
+    assert plain["bleu_lowercase"] is False
+    assert plain["bleu"] == pytest.approx(cased)
+
+
 @pytest.mark.slow
 def test_translate_texts_partial_last_batch(tiny):
     model, tokenizer, pairs = tiny
