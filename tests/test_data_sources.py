@@ -43,3 +43,21 @@ def test_incomplete_multi30k_manual_dir(tmp_path):
     spec = sources.parse_dataset_spec("multi30k", manual_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="lacks train.de.gz"):
         sources.check_dataset(spec)
+
+
+@pytest.mark.parametrize("normalization", ["nmt_nfkc", "nmt_nfkc_cf"])
+def test_build_tokenizer_uses_the_sets_normalization(tmp_path, normalization):
+    import hparams
+    from tfattn import config
+
+    hp = config.parse_overrides(
+        hparams.get("tiny"), f"tokenizer_normalization={normalization}"
+    )
+    spec = sources.parse_dataset_spec("numbers")
+    pairs = sources.load_split(spec, "train").take(500)
+    tokenizer = sources.build_tokenizer(spec, hp, pairs, str(tmp_path))
+    assert tokenizer.normalization == normalization
+    assert tokenizer.folds_case == normalization.endswith("_cf")
+    # A resumed run reads the rule back from the model directory.
+    reloaded = sources.build_tokenizer(spec, hp, None, str(tmp_path), True)
+    assert reloaded.normalization == normalization

@@ -293,6 +293,7 @@ def test_malformed_overrides(text):
         ("learning_rate_schedule=constant,learning_rate=none", "learning_rate"),
         ("max_train_length=1000", "max_train_length"),
         ("embeddings_initializer=zeros", "embeddings_initializer"),
+        ("tokenizer_normalization=lowercase", "tokenizer_normalization"),
         ("eval_every_steps=-1", "eval_every_steps"),
         ("eval_sentences=0", "eval_sentences"),
         ("learning_rate_schedule=cosine,learning_rate=none", "learning_rate"),
