@@ -6,8 +6,6 @@
   Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
 - `multi30k`: a model sized for the 29,000 pairs of Multi30k, trained in
   about 2 hours on 2 CPU cores;
-- `multi30k_lowercased`: `multi30k` with a case-folding vocabulary (the
-  literature's lowercased text) and dropout 0.3;
 - `multi30k_reference`: the published 41.0-BLEU recipe of the same
   architecture (8,000 larger steps, 10 checkpoints averaged).
 
@@ -26,7 +24,6 @@ hp = config.parse_overrides(hparams.get("tiny"), "num_heads=2")
 from hparams import base
 from hparams import big
 from hparams import multi30k
-from hparams import multi30k_lowercased
 from hparams import multi30k_reference
 from hparams import reference_2017
 from hparams import reference_2019
@@ -39,7 +36,6 @@ REGISTRY = {
     "reference_2017": reference_2017,
     "reference_2019": reference_2019,
     "multi30k": multi30k,
-    "multi30k_lowercased": multi30k_lowercased,
     "multi30k_reference": multi30k_reference,
 }
 

@@ -31,7 +31,6 @@ def test_registry_names():
         "reference_2017",
         "reference_2019",
         "multi30k",
-        "multi30k_lowercased",
         "multi30k_reference",
     }
     for name, module in hparams.REGISTRY.items():
@@ -184,31 +183,6 @@ def test_multi30k_reference_is_the_published_recipe():
     )
     # Ten checkpoints 400 steps apart: the average spans steps 4,400-8,000.
     assert ref.checkpoint_every_steps * ref.keep_checkpoints <= ref.train_steps
-
-
-def test_multi30k_lowercased_differs_from_multi30k_where_it_says():
-    cased, lowercased = (
-        hparams.get("multi30k"),
-        hparams.get("multi30k_lowercased"),
-    )
-    assert cased.tokenizer_normalization == "nmt_nfkc"
-    assert lowercased.tokenizer_normalization == "nmt_nfkc_cf"
-    differ = {
-        f
-        for f in config.field_names()
-        if getattr(cased, f) != getattr(lowercased, f)
-    }
-    assert differ == {
-        "tokenizer_normalization",
-        "dropout_rate",
-        "train_steps",
-        "checkpoint_every_steps",
-        "keep_checkpoints",
-        "average_checkpoints",
-        "eval_every_steps",
-    }
-    # The averaged checkpoints are kept.
-    assert lowercased.average_checkpoints <= lowercased.keep_checkpoints
 
 
 def test_unknown_set_lists_the_known_ones():
