@@ -263,6 +263,14 @@ def test_rejects_models_with_other_special_ids(tmp_path):
         SubwordTokenizer(writer.getvalue())
 
 
+def test_hparams_choices_are_the_tokenizers():
+    # tfattn.config keeps its own copies so that it needs no TensorFlow.
+    from tfattn import config
+
+    assert config.TOKENIZER_MODEL_TYPES == tokenizer_lib.MODEL_TYPES
+    assert config.TOKENIZER_NORMALIZATIONS == tokenizer_lib.NORMALIZATIONS
+
+
 def test_case_folding_normalization(trained, tmp_path):
     default, _ = trained
     assert (default.normalization, default.folds_case) == ("nmt_nfkc", False)

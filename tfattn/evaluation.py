@@ -248,8 +248,9 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
     hypotheses = [" ".join(h.splitlines()) for h in hypotheses]
 
     # A case-folding vocabulary writes lowercase: its BLEU is caseless.
-    cased = bleu(hypotheses, references, tokenize="13a",
-                 lowercase=_folds_case(tokenizer))
+    lowercase = _folds_case(tokenizer)
+    detokenized = bleu(hypotheses, references, tokenize="13a",
+                       lowercase=lowercase)
     model_dir = str(model_dir)
     translations_path = os.path.join(model_dir,
                                      f"translations_{split_name}.txt")
@@ -259,11 +260,11 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
         "num_sentences": len(pairs),
         "beam_size": int(beam_size),
         "alpha": float(alpha),
-        "bleu": cased["score"],
-        "bleu_signature": cased["signature"],
-        "bleu_lowercase": _folds_case(tokenizer),
-        "hyp_len": cased["hyp_len"],
-        "ref_len": cased["ref_len"],
+        "bleu": detokenized["score"],
+        "bleu_signature": detokenized["signature"],
+        "bleu_lowercase": lowercase,
+        "hyp_len": detokenized["hyp_len"],
+        "ref_len": detokenized["ref_len"],
         "seconds": seconds,
         "translations_file": translations_path,
         "metrics_file": metrics_path,
