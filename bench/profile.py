@@ -9,6 +9,8 @@ run at once, so the sum exceeds the wall time), per step:
 
     python bench/profile.py                      # tfattn training step
     python bench/profile.py --model keras-hub    # the same model from keras-hub
+    python bench/profile.py --model train.py --policy mixed_bfloat16
+        # train.py's step (model, Adam, loss) for a set, at its batch shape
 
 The models and the step are bench/training.py's (float32 by default,
 `--policy mixed_bfloat16` for the 16-bit path). Under XLA (`--jit`) the
@@ -71,6 +73,14 @@ def profile(run, steps):
 
 
 def training_run(args):
+    if args.model == "train.py":
+        import hparams
+        from training_floor import tfattn_step  # bench/training_floor.py
+
+        step = tfattn_step(
+            hparams.get(args.hparams), args.rows, args.length, args.policy
+        )
+        return lambda: float(step())
     keras.config.set_dtype_policy(args.policy)
     sizes = argparse.Namespace(
         vocab=args.vocab, length=32, units=256, layers=3, heads=4, batch=64
@@ -92,7 +102,18 @@ def training_run(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--model", choices=["tfattn", "keras-hub"], default="tfattn"
+        "--model",
+        choices=["tfattn", "keras-hub", "train.py"],
+        default="tfattn",
+    )
+    parser.add_argument(
+        "--hparams", default="multi30k", help="--model train.py"
+    )
+    parser.add_argument(
+        "--rows", type=int, default=128, help="--model train.py"
+    )
+    parser.add_argument(
+        "--length", type=int, default=32, help="--model train.py"
     )
     parser.add_argument("--policy", default="float32")
     parser.add_argument("--vocab", type=int, default=8000)

@@ -46,8 +46,11 @@ def test_matches_reference(epsilon, denominator_epsilon):
     np.testing.assert_allclose(float(got), want, rtol=1e-6)
 
 
-def test_matches_reference_with_other_pad_id_and_large_logits():
-    labels, logits = _data(1, scale=40.0)
+@pytest.mark.parametrize("scale", [40.0, 1e4])
+def test_matches_reference_with_other_pad_id_and_large_logits(scale):
+    # At 1e4 the labels' probabilities underflow float32 (exp(-1e4) = 0):
+    # the logsumexp must not go through log(softmax[label]).
+    labels, logits = _data(1, scale=scale)
     labels[1, 0] = 4
     got = smoothed_cross_entropy(labels, logits, pad_id=4)
     want = ref.smoothed_cross_entropy(logits, labels, pad_id=4)

@@ -19,6 +19,7 @@ from tfattn.functional import multihead_attention  # noqa: E402
 from tfattn.layers import Attention  # noqa: E402
 from tfattn.layers import Decoder  # noqa: E402
 from tfattn.layers import DecoderBlock  # noqa: E402
+from tfattn.layers import Dropout  # noqa: E402
 from tfattn.layers import Encoder  # noqa: E402
 from tfattn.layers import EncoderBlock  # noqa: E402
 from tfattn.layers import FeedForward  # noqa: E402

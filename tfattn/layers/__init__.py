@@ -3,6 +3,7 @@
 from tfattn.layers.attention import Attention
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.decoder_block import DecoderBlock
+from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
 from tfattn.layers.encoder_block import EncoderBlock
 from tfattn.layers.feed_forward import FeedForward

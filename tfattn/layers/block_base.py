@@ -3,6 +3,7 @@
 import keras
 
 from tfattn import validation
+from tfattn.layers.dropout import Dropout
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
@@ -149,7 +150,7 @@ class BlockBase(keras.layers.Layer):
         )
 
     def _dropout(self, name):
-        return keras.layers.Dropout(
+        return Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy,
             name=name,
         )

@@ -3,6 +3,7 @@
 import keras
 
 from tfattn import validation
+from tfattn.layers.dropout import Dropout
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.quantization import with_sublayer_policies
@@ -129,7 +130,7 @@ class FeedForward(keras.layers.Layer):
             **dense_kwargs(),
         )
         self.inner_dense.build(shape)
-        self.inner_dropout = keras.layers.Dropout(
+        self.inner_dropout = Dropout(
             self.dropout_rate,
             seed=self.seed,
             dtype=self.dtype_policy,

@@ -8,6 +8,7 @@ from keras import ops
 from tfattn import decoding
 from tfattn import validation
 from tfattn.layers.decoder import Decoder
+from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.quantization import with_sublayer_policies
@@ -150,7 +151,7 @@ class Transformer(keras.Model):
             PositionalEncoding(name="target_positions", **pe_kwargs)
             if positional_encoding == "learned" else self.source_positions
         )
-        self.embedding_dropout = keras.layers.Dropout(
+        self.embedding_dropout = Dropout(
             self.dropout_rate, seed=seed, dtype=self.dtype_policy,
             name="embedding_dropout"
         )

@@ -1,5 +1,5 @@
-"""Functions (not layers) shared by tfattn's layers: masks and the
-attention core."""
+"""Functions (not layers) shared by tfattn's layers: masks, dropout and
+the attention core."""
 
 from tfattn.ops.attention import merge_heads
 from tfattn.ops.attention import scaled_dot_product_attention

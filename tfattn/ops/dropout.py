@@ -1,0 +1,96 @@
+"""Inverted dropout from 16 random bits per element.
+
+`keras.layers.Dropout` (TensorFlow's `stateless_dropout`) draws one uniform
+float per element in the input's dtype and keeps the element where the draw
+is >= rate. Two things follow on CPU:
+
+- the Philox draw is most of dropout's time, and each element takes a whole
+  32-bit word of it;
+- in bfloat16 a uniform draw has only 7 random bits (128 levels), so a
+  rate of 0.3 keeps 89/128 = 0.695 of the elements while scaling by 1/0.7:
+  the layer's output is 0.6% low on average, at every dropout site.
+
+Here one 32-bit Philox word gives two 16-bit draws u in [0, 65536), an
+element is dropped where u < t with t = round(rate · 2^16), and kept
+elements are scaled by 2^16 / (2^16 - t). The rate applied is t / 2^16,
+within 2^-17 (7.6e-6) of the one asked for, whatever the input's dtype, and
+the expected output equals the input up to the scale's rounding to that
+dtype. A rate under 2^-17 rounds to no dropout.
+
+Shapes: any input shape; `noise_shape` broadcasts against it as in
+`keras.layers.Dropout` (None entries take the input's size), e.g.
+[B, 1, C] drops the same channels at every position.
+"""
+
+import tensorflow as tf
+
+LEVELS = 1 << 16  # Values of one 16-bit draw.
+
+
+def drop_threshold(rate):
+    """t in [0, 2^16]: an element whose 16-bit draw is < t is dropped."""
+    return min(LEVELS, max(0, int(round(float(rate) * LEVELS))))
+
+
+def stateless_seed(seed):
+    """A [2] int32 seed for `tf.random.stateless_*` from a Keras seed state
+    (Keras keeps it as int64 on TensorFlow; wrapped as Keras does)."""
+    seed = tf.convert_to_tensor(seed)
+    if seed.dtype == tf.int32:
+        return seed
+    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+
+
+def dropout(inputs, rate, seed, noise_shape=None):
+    """Inverted dropout with a 16-bit draw per element (module docstring).
+
+    Args:
+        inputs: float tensor of any shape.
+        rate: Python float in [0, 1]: the fraction of elements to drop.
+        seed: int tensor [2], a stateless seed (`stateless_seed`); the same
+            seed gives the same mask.
+        noise_shape: optional list, the mask's shape, broadcast against the
+            input's; None entries take the input's size.
+
+    Returns:
+        A tensor of the input's shape and dtype: 0 where dropped, the input
+        times 2^16 / (2^16 - t) where kept.
+    """
+    inputs = tf.convert_to_tensor(inputs)
+    threshold = drop_threshold(rate)
+    if threshold == 0:
+        return inputs
+    if threshold == LEVELS:
+        return tf.zeros_like(inputs)
+    keep = keep_mask(_mask_shape(inputs, noise_shape), threshold, seed)
+    scale = tf.constant(LEVELS / (LEVELS - threshold), inputs.dtype)
+    return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+
+
+def keep_mask(shape, threshold, seed):
+    """bool [shape], True where an element's 16-bit draw is >= threshold."""
+    count = tf.reduce_prod(shape)
+    words = tf.random.stateless_uniform(
+        [(count + 1) // 2],
+        seed=stateless_seed(seed),
+        minval=None,
+        maxval=None,
+        dtype=tf.uint32,
+    )
+    draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:count]
+    return tf.reshape(draws >= tf.constant(threshold, tf.uint16), shape)
+
+
+def _mask_shape(inputs, noise_shape):
+    """int32 [rank]: `noise_shape` with its None entries filled in."""
+    shape = tf.shape(inputs)
+    if noise_shape is None:
+        return shape
+    if len(noise_shape) != inputs.shape.rank:
+        raise ValueError(
+            f"dropout: noise_shape {tuple(noise_shape)} must have the "
+            f"input's rank {inputs.shape.rank}; received an input of shape "
+            f"{tuple(inputs.shape)}."
+        )
+    sizes = [shape[i] if n is None else n for i, n in enumerate(noise_shape)]
+    return tf.stack(sizes)
