@@ -15,6 +15,9 @@
 - `square matmul`: one [N, N]·[N, N] product in the same dtype, for what the
   machine's matmuls reach at a friendly size.
 
+The three are timed round by round in turn (best of `--rounds` each), so
+that the share compares them under the same load.
+
     python bench/training_floor.py                         # multi30k, 128 x 32
     python bench/training_floor.py --hparams=base --rows=64 --length=32
 """
@@ -77,14 +80,18 @@ def floor_function(products, dtype):
     return floor
 
 
-def best_time(fn, rounds):
-    fn()
-    fn()
-    best = float("inf")
+def best_times(fns, rounds):
+    """Best wall time of each function, round by round interleaved so that
+    a change in the machine's load reaches every one alike."""
+    for fn in fns:
+        fn()
+        fn()
+    best = [float("inf")] * len(fns)
     for _ in range(rounds):
-        start = time.perf_counter()
-        float(fn())
-        best = min(best, time.perf_counter() - start)
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            float(fn())
+            best[i] = min(best[i], time.perf_counter() - start)
     return best
 
 
@@ -130,14 +137,17 @@ def main():
     )
     for policy in args.policies.split(","):
         dtype = tf.float32 if policy == "float32" else tf.bfloat16
-        step_s = best_time(
-            tfattn_step(hp, args.rows, args.length, policy), args.rounds
-        )
-        floor_s = best_time(floor_function(products, dtype), args.rounds)
         square = floor_function(
             [(1, args.square, args.square, args.square)], dtype
         )
-        square_s = best_time(square, args.rounds)
+        step_s, floor_s, square_s = best_times(
+            [
+                tfattn_step(hp, args.rows, args.length, policy),
+                floor_function(products, dtype),
+                square,
+            ],
+            args.rounds,
+        )
         print(
             f"{policy:15} {step_s * 1e3:10.1f}ms {floor_s * 1e3:11.1f}ms "
             f"{floor_s / step_s:6.0%} {flops / step_s / 1e9:13.0f} "
