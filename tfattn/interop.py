@@ -167,6 +167,28 @@ _HUB_DENSE = (("_feedforward_intermediate_dense", "inner_dense"),
               ("_feedforward_output_dense", "outer_dense"))
 
 
+_HUB_CROSS_NORM = ("_cross_attention_layer_norm", "cross_attention_layer_norm")
+
+
+def _hub_counterparts(hub_block, block):
+    """The sublayers of a keras-hub block and a tfattn block of the same
+    kind, both built, that hold the same weights: (hub, tfattn) attention
+    pairs (their weights are laid out differently: `from_keras` /
+    `to_keras` convert them), then (hub, tfattn) pairs of norms and dense
+    layers, whose weights are the same arrays."""
+    attention = [(hub_block._self_attention_layer, block.self_attention)]
+    names = list(_HUB_NORMS)
+    if getattr(block, "use_cross_attention", False):
+        attention.append((hub_block._cross_attention_layer,
+                          block.cross_attention))
+        names.append(_HUB_CROSS_NORM)
+    others = [(getattr(hub_block, hub), getattr(block, ours))
+              for hub, ours in names]
+    others += [(getattr(hub_block, hub), getattr(block.feed_forward, ours))
+               for hub, ours in _HUB_DENSE]
+    return attention, others
+
+
 def _hub_classes():
     try:
         import keras_hub
@@ -231,21 +253,12 @@ def from_keras_hub(block):
     else:
         ours = EncoderBlock(**kwargs)
         ours.build((None, None, width))
-    pairs = [(block._self_attention_layer, ours.self_attention)]
-    norms = list(_HUB_NORMS)
-    if is_decoder and ours.use_cross_attention:
-        pairs.append((block._cross_attention_layer, ours.cross_attention))
-        norms.append(("_cross_attention_layer_norm",
-                      "cross_attention_layer_norm"))
-    for theirs, mine in pairs:
-        ported = from_keras(theirs)
-        for a, b in zip(mine.weights, ported.weights):
+    attention, others = _hub_counterparts(block, ours)
+    for theirs, mine in attention:
+        for a, b in zip(mine.weights, from_keras(theirs).weights):
             a.assign(b)
-    for theirs, mine in norms:
-        getattr(ours, mine).set_weights(getattr(block, theirs).get_weights())
-    for theirs, mine in _HUB_DENSE:
-        getattr(ours.feed_forward, mine).set_weights(
-            getattr(block, theirs).get_weights())
+    for theirs, mine in others:
+        mine.set_weights(theirs.get_weights())
     return ours
 
 
@@ -290,20 +303,10 @@ def to_keras_hub(block):
     else:
         theirs = encoder_cls(**kwargs)
         theirs.build((None, None, width))
-    pairs = [(block.self_attention, theirs._self_attention_layer)]
-    norms = list(_HUB_NORMS)
-    if is_decoder and block.use_cross_attention:
-        pairs.append((block.cross_attention, theirs._cross_attention_layer))
-        norms.append(("_cross_attention_layer_norm",
-                      "cross_attention_layer_norm"))
-    for mine, target in pairs:
-        ported = to_keras(mine)
-        for a, b in zip(target.weights, ported.weights):
+    attention, others = _hub_counterparts(theirs, block)
+    for target, mine in attention:
+        for a, b in zip(target.weights, to_keras(mine).weights):
             a.assign(b)
-    for hub_name, mine in norms:
-        getattr(theirs, hub_name).set_weights(
-            getattr(block, mine).get_weights())
-    for hub_name, mine in _HUB_DENSE:
-        getattr(theirs, hub_name).set_weights(
-            getattr(block.feed_forward, mine).get_weights())
+    for target, mine in others:
+        target.set_weights(mine.get_weights())
     return theirs
