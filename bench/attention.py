@@ -11,7 +11,6 @@ a plain matmul of the same FLOP count as a ceiling.
 
 import argparse
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -23,6 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
+from _timing import best_times  # noqa: E402
 
 
 def attention_flops(batch, length, width):
@@ -47,18 +47,6 @@ def make_step(layer, x, causal, keras_layer):
     return step
 
 
-def time_calls(fn, repeats):
-    fn()  # trace and warm up
-    fn()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        out = fn()
-    tf.nest.map_structure(
-        lambda t: t.numpy() if hasattr(t, "numpy") else t, out[0]
-    )
-    return (time.perf_counter() - start) / repeats
-
-
 def run(batch, length, width, heads, dtype, causal, repeats, rounds):
     keras.config.set_dtype_policy(
         "float32" if dtype == "float32" else "mixed_bfloat16"
@@ -79,16 +67,18 @@ def run(batch, length, width, heads, dtype, causal, repeats, rounds):
         "float32" if dtype == "float32" else "bfloat16",
     )
     matmul = tf.function(lambda: (tf.matmul(a, a),))
-    times = {name: [] for name in steps}
-    ceiling = []
-    for _ in range(rounds):
-        for name, fn in steps.items():
-            times[name].append(time_calls(fn, repeats))
-        ceiling.append(time_calls(matmul, repeats))
+    # The steps return their gradients too (or the graph would prune
+    # them); only the loss is fetched, as before.
+    losses = {
+        name: (lambda step=step: step()[0]) for name, step in steps.items()
+    }
+    timings = best_times(
+        {**losses, "matmul": matmul}, rounds, repeats=repeats, warmup=2
+    )
     keras.config.set_dtype_policy("float32")
-    best = {name: min(t) for name, t in times.items()}
+    best = {name: timings[name].seconds for name in steps}
     flops = 3 * attention_flops(batch, length, width)  # forward + backward
-    peak = 2 * (width * 4) ** 3 / min(ceiling)
+    peak = 2 * (width * 4) ** 3 / timings["matmul"].seconds
     return best, flops, peak
 
 

@@ -26,7 +26,6 @@ shapes.
 
 import argparse
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -37,6 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
+from _timing import best_times  # noqa: E402
 from tfattn import decoding  # noqa: E402
 
 
@@ -108,26 +108,12 @@ def matmul_rate_functions(rows, width, ffn, vocab, repeats):
     }
 
 
-def best_times(functions, rounds):
-    """Best wall time of each function, rounds interleaved."""
-    best = {}
-    for name, function in functions.items():
-        np.asarray(function())
-        best[name] = float("inf")
-    for _ in range(rounds):
-        for name, function in functions.items():
-            start = time.perf_counter()
-            np.asarray(function())
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
-
-
 def print_matmul_rates(batch, beam, vocab, steps, rounds):
     print("decoder-step matmuls alone (FFN, fused QKV, output projection):")
     for rows in (batch, batch * beam):
         gflop, functions = matmul_rate_functions(rows, 256, 1024, vocab, steps)
         best = best_times(functions, rounds)
-        rates = {xla: gflop / seconds for xla, seconds in best.items()}
+        rates = {xla: gflop / t.seconds for xla, t in best.items()}
         print(
             f"  {rows:3d} rows: XLA {rates[True]:6.1f} GFLOP/s, "
             f"TensorFlow graph {rates[False]:6.1f} GFLOP/s"
@@ -183,7 +169,10 @@ def main():
     functions[f"beam {beam}, no XLA"] = search_function(
         model, source, args.steps, vocab, beam, xla=False
     )
-    best = best_times(functions, args.rounds)
+    best = {
+        name: timing.seconds
+        for name, timing in best_times(functions, args.rounds).items()
+    }
     beam_time = best[f"beam {beam}"]
     print(
         f"batch {batch}, beam {beam}, {args.steps} tokens per row, "

@@ -28,7 +28,6 @@ comparable.
 
 import argparse
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -40,6 +39,7 @@ import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
 from tfattn import decoding  # noqa: E402
+from _timing import best_times  # noqa: E402
 
 # EOS set to an id outside the vocabulary: every row runs all the steps.
 
@@ -178,17 +178,6 @@ def matmul_floor(args):
     return floor
 
 
-def best_time(fn, rounds):
-    fn()  # compile
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        out = fn()
-        np.asarray(out[0])
-        times.append(time.perf_counter() - start)
-    return min(times), out
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -259,14 +248,24 @@ def main():
         f"model: {args.layers}+{args.layers} layers, width {args.units}, "
         f"{params / 1e6:.1f}M parameters; batch {batch}, {steps} tokens per "
         f"row, "
-        f"best of {args.rounds}"
+        f"best of {args.rounds}, interleaved round by round"
     )
-    t_rerun, rerun_out = best_time(rerun, args.rounds)
-    t_greedy, greedy_out = best_time(lambda: cached(1), args.rounds)
-    t_beam, _ = best_time(lambda: cached(4), args.rounds)
-    t_hub, _ = best_time(keras_hub_greedy(args, source), args.rounds)
-    t_floor, _ = best_time(matmul_floor(args), args.rounds)
-    same = np.array_equal(np.asarray(rerun_out[0]), np.asarray(greedy_out[0]))
+    timings = best_times(
+        {
+            "rerun": rerun,
+            "greedy": lambda: cached(1),
+            "beam": lambda: cached(4),
+            "hub": keras_hub_greedy(args, source),
+            "floor": matmul_floor(args),
+        },
+        args.rounds,
+    )
+    t_rerun, t_greedy, t_beam, t_hub, t_floor = (
+        t.seconds for t in timings.values()
+    )
+    same = np.array_equal(
+        timings["rerun"].output[0], timings["greedy"].output[0]
+    )
     tokens = batch * steps
     print(f"{'method':18} {'tokens/s':>9} {'vs rerun':>9}")
     for name, seconds in (

@@ -12,7 +12,6 @@ fraction), which for Keras's bfloat16 layer is 89/128 at rate 0.3.
 
 import argparse
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -23,6 +22,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfattn.layers import Dropout  # noqa: E402
+from _timing import best_times  # noqa: E402
 
 
 def step_of(layer, x):
@@ -60,16 +60,17 @@ def main():
                 keras.layers.Dropout(args.rate, seed=1, dtype=dtype), x
             ),
         }
-        best = {name: float("inf") for name in steps}
         kept = {name: float(step()[0]) for name, step in steps.items()}
-        for _ in range(args.rounds):
-            for name, step in steps.items():
-                start = time.perf_counter()
-                for _ in range(args.repeats):
-                    float(step()[1])
-                best[name] = min(
-                    best[name], (time.perf_counter() - start) / args.repeats
-                )
+        timings = best_times(
+            {
+                name: (lambda step=step: step()[1])
+                for name, step in steps.items()
+            },
+            args.rounds,
+            repeats=args.repeats,
+            warmup=0,  # `kept` traced them
+        )
+        best = {name: t.seconds for name, t in timings.items()}
         for name in steps:
             print(
                 f"{dtype:9} {name:7} {best[name] * 1e3:7.2f} "

@@ -17,7 +17,6 @@ the SavedModel and the non-XLA Python path.
 import argparse
 import os
 import tempfile
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -32,17 +31,8 @@ import tfattn  # noqa: E402
 from tfattn import export  # noqa: E402
 from tfattn.data import numbers_splits  # noqa: E402
 from tfattn.data import train_tokenizer  # noqa: E402
+from _timing import best_times  # noqa: E402
 from tfattn.translate import translate_texts  # noqa: E402
-
-
-def best_rate(fn, count, rounds):
-    fn()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return count / best
 
 
 def main():
@@ -97,36 +87,30 @@ def main():
     )
     for batch in [int(b) for b in args.batches.split(",")]:
         chunk = texts[:batch]
-        python = best_rate(
-            lambda: translate_texts(
-                model, tokenizer, chunk, batch_size=batch, **decoding
-            ),
-            batch,
+        timings = best_times(
+            {
+                "python": lambda: translate_texts(
+                    model, tokenizer, chunk, batch_size=batch, **decoding
+                ),
+                "python+XLA": lambda: translate_texts(
+                    model,
+                    tokenizer,
+                    chunk,
+                    batch_size=batch,
+                    jit_compile=True,
+                    **decoding,
+                ),
+                "saved_model": lambda: serve(sentences=tf.constant(chunk))[
+                    "translations"
+                ],
+                "saved+XLA": lambda: serve_xla(sentences=tf.constant(chunk))[
+                    "translations"
+                ],
+            },
             args.rounds,
         )
-        xla = best_rate(
-            lambda: translate_texts(
-                model,
-                tokenizer,
-                chunk,
-                batch_size=batch,
-                jit_compile=True,
-                **decoding,
-            ),
-            batch,
-            args.rounds,
-        )
-        saved = best_rate(
-            lambda: serve(sentences=tf.constant(chunk))["translations"].numpy(),
-            batch,
-            args.rounds,
-        )
-        saved_xla = best_rate(
-            lambda: serve_xla(sentences=tf.constant(chunk))[
-                "translations"
-            ].numpy(),
-            batch,
-            args.rounds,
+        python, xla, saved, saved_xla = (
+            batch / t.seconds for t in timings.values()
         )
         same = [
             t.decode()

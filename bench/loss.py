@@ -23,7 +23,6 @@ logits [batch, length, vocabulary] and labels (with padding):
 
 import argparse
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -35,6 +34,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfattn import losses  # noqa: E402
+from _timing import best_times  # noqa: E402
 
 EPSILON = 0.1
 
@@ -142,15 +142,13 @@ def main():
         np.testing.assert_allclose(
             np.asarray(tf.cast(grad, tf.float32)), want_grad, atol=atol
         )
-    best = {name: float("inf") for name in steps}
-    for _ in range(args.rounds):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            for _ in range(args.repeats):
-                float(step()[0])
-            best[name] = min(
-                best[name], (time.perf_counter() - start) / args.repeats
-            )
+    timings = best_times(
+        {name: (lambda step=step: step()[0]) for name, step in steps.items()},
+        args.rounds,
+        repeats=args.repeats,
+        warmup=0,  # the checks above traced them
+    )
+    best = {name: t.seconds for name, t in timings.items()}
     print(
         f"logits [{args.batch}, {args.length}, {args.vocab}] {args.dtype}, "
         f"forward "

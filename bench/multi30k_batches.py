@@ -17,8 +17,8 @@ vocabulary `spm.model` of a trained `--model_dir`), and reports:
 """
 
 import argparse
+import functools
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -35,6 +35,8 @@ from tfattn import training  # noqa: E402
 from tfattn.data import SubwordTokenizer  # noqa: E402
 from tfattn.data import make_batches  # noqa: E402
 from tfattn.data import sources  # noqa: E402
+from _timing import best_times  # noqa: E402
+from _timing import run_train_steps  # noqa: E402
 
 
 def batches_of(hp, tokenizer, spec, count):
@@ -130,17 +132,18 @@ def main():
             trainer.train_step(iterator)
         settings[name] = (overrides, padding(batches), trainer, iterator)
 
-    best = {name: float("inf") for name in settings}
-    tokens = {}
-    for _ in range(args.rounds):
-        for name, (_, _, trainer, iterator) in settings.items():
-            start = time.perf_counter()
-            total = 0.0
-            for _ in range(args.steps):
-                _, count, _, _ = trainer.train_step(iterator)
-                total += float(count)
-            best[name] = min(best[name], time.perf_counter() - start)
-            tokens[name] = total
+    timings = best_times(
+        {
+            name: functools.partial(
+                run_train_steps, trainer.train_step, iterator, args.steps
+            )
+            for name, (_, _, trainer, iterator) in settings.items()
+        },
+        args.rounds,
+        warmup=0,  # traced above
+    )
+    best = {name: t.seconds for name, t in timings.items()}
+    tokens = {name: t.output[0] for name, t in timings.items()}
     print(
         f"{args.batches} batches; best of {args.rounds} rounds x "
         f"{args.steps} steps"

@@ -23,7 +23,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -40,6 +39,7 @@ def worker(args):
     from tfattn import config
     from tfattn import distribute
     from tfattn import training
+    from _timing import best_times
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -67,19 +67,16 @@ def worker(args):
     keras.utils.set_random_seed(0)
     step = training.build_trainer(strategy, hp, args.vocab, seed=0).train_step
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-    for _ in range(2):
-        step(iterator)
-    best = float("inf")
-    for _ in range(args.rounds):
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            loss = step(iterator)[0]
-        float(loss)
-        best = min(best, time.perf_counter() - start)
+    (timing,) = best_times(
+        {"step": lambda: step(iterator)[0]},
+        args.rounds,
+        repeats=args.steps,
+        warmup=2,
+    ).values()
     print(
         json.dumps(
             {
-                "seconds_per_step": best / args.steps,
+                "seconds_per_step": timing.seconds,
                 "replicas": strategy.num_replicas_in_sync,
             }
         )

@@ -32,10 +32,10 @@ of every line of `--texts`, at batch 64.
 """
 
 import argparse
+import functools
 import gzip
 import os
 import tempfile
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 from beam_profile import search_function
@@ -51,17 +51,7 @@ from tfattn import export  # noqa: E402
 from tfattn.export import ctranslate2 as ct2_export  # noqa: E402
 from tfattn.export import ctranslate2_spec  # noqa: E402
 from tfattn.translate import translate_texts  # noqa: E402
-
-
-def best_time(fn, rounds):
-    """(best seconds of `rounds` calls after a warm-up one, its output)."""
-    out = fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), out
+from _timing import best_times  # noqa: E402
 
 
 def ct2_translator(path, compute_type, threads):
@@ -83,29 +73,25 @@ def architecture_rows(args, batch, beam, model, pieces, translators):
         model, source, args.steps, args.vocab, beam, args.alpha
     )
     steps = args.steps
-    rows = [
-        (
-            "tfattn XLA",
-            best_time(lambda: np.asarray(cached()), args.rounds)[0],
-        )
-    ]
     tokens = [[pieces[i] for i in row] for row in ids.tolist()]
-    for name, translator in translators.items():
 
-        def run():
-            return translator.translate_batch(
-                tokens,
-                beam_size=beam,
-                length_penalty=args.alpha,
-                min_decoding_length=steps,
-                max_decoding_length=steps,
-                max_input_length=0,
-            )
+    def run(translator):
+        return lambda: translator.translate_batch(
+            tokens,
+            beam_size=beam,
+            length_penalty=args.alpha,
+            min_decoding_length=steps,
+            max_decoding_length=steps,
+            max_input_length=0,
+        )
 
-        seconds, out = best_time(run, args.rounds)
+    runs = {"tfattn XLA": cached}
+    runs.update((name, run(t)) for name, t in translators.items())
+    timings = best_times(runs, args.rounds)
+    for name in translators:
+        out = timings[name].output
         assert all(len(r.hypotheses[0]) == steps for r in out), name
-        rows.append((name, seconds))
-    return rows
+    return [(name, t.seconds) for name, t in timings.items()]
 
 
 def part_architecture(args):
@@ -245,16 +231,24 @@ def part_trained(args):
             paths = trained_paths(args, model, tokenizer, tmp, beam)
             print_header()
             for batch in [] if args.bleu_only else args.batches:
-                rows, tokens = [], {}
-                for name, translate in paths.items():
-                    seconds, out = best_time(
-                        lambda: translate_all(translate, texts, batch),
-                        args.rounds,
+                timings = best_times(
+                    {
+                        name: functools.partial(
+                            translate_all, translate, texts, batch
+                        )
+                        for name, translate in paths.items()
+                    },
+                    args.rounds,
+                )
+                rows = [(name, t.seconds) for name, t in timings.items()]
+                tokens = {
+                    name: int(
+                        tf.reduce_sum(
+                            tokenizer.tokenize(t.output).row_lengths()
+                        )
                     )
-                    tokens[name] = int(
-                        tf.reduce_sum(tokenizer.tokenize(out).row_lengths())
-                    )
-                    rows.append((name, seconds))
+                    for name, t in timings.items()
+                }
                 print_rows(rows, batch, beam, tokens, len(texts))
             if not args.references:
                 continue

@@ -23,8 +23,8 @@ tfattn in keras-hub's policy, the like-for-like comparison.
 import dataclasses
 
 import argparse
+import functools
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -37,6 +37,7 @@ import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
 from tfattn import losses  # noqa: E402
+from _timing import best_times  # noqa: E402
 
 
 def keras_hub_model(args):
@@ -143,17 +144,24 @@ def run(args, policy):
         params[name] = model.count_params()
         steps[name] = make_step(model, keras.optimizers.Adam(1e-4), args.jit)
         steps[name](*data[0])  # compile
-    best = {name: float("inf") for name in steps}
-    for _ in range(args.rounds):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            for inputs, labels in data:
-                loss = step(inputs, labels)
-            float(loss)
-            best[name] = min(best[name], time.perf_counter() - start)
+    timings = best_times(
+        {
+            name: functools.partial(run_steps, step, data)
+            for name, step in steps.items()
+        },
+        args.rounds,
+        warmup=0,  # compiled above
+    )
     keras.config.set_dtype_policy("float32")
     tokens = args.steps * args.batch * args.length
-    return {name: tokens / seconds for name, seconds in best.items()}, params
+    return {name: tokens / t.seconds for name, t in timings.items()}, params
+
+
+def run_steps(step, data):
+    """`step` over every batch of `data`; the last loss."""
+    for inputs, labels in data:
+        loss = step(inputs, labels)
+    return loss
 
 
 def main():

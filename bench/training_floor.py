@@ -24,7 +24,6 @@ that the share compares them under the same load.
 
 import argparse
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -36,6 +35,7 @@ import tensorflow as tf  # noqa: E402
 
 import hparams  # noqa: E402
 from tfattn import training  # noqa: E402
+from _timing import best_times  # noqa: E402
 
 
 def step_matmuls(hp, rows, length, vocab):
@@ -78,21 +78,6 @@ def floor_function(products, dtype):
         return total
 
     return floor
-
-
-def best_times(fns, rounds):
-    """Best wall time of each function, round by round interleaved so that
-    a change in the machine's load reaches every one alike."""
-    for fn in fns:
-        fn()
-        fn()
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            float(fn())
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
 
 
 def tfattn_step(hp, rows, length, policy):
@@ -140,14 +125,16 @@ def main():
         square = floor_function(
             [(1, args.square, args.square, args.square)], dtype
         )
-        step_s, floor_s, square_s = best_times(
-            [
-                tfattn_step(hp, args.rows, args.length, policy),
-                floor_function(products, dtype),
-                square,
-            ],
+        timings = best_times(
+            {
+                "step": tfattn_step(hp, args.rows, args.length, policy),
+                "floor": floor_function(products, dtype),
+                "square": square,
+            },
             args.rounds,
+            warmup=2,
         )
+        step_s, floor_s, square_s = (t.seconds for t in timings.values())
         print(
             f"{policy:15} {step_s * 1e3:10.1f}ms {floor_s * 1e3:11.1f}ms "
             f"{floor_s / step_s:6.0%} {flops / step_s / 1e9:13.0f} "

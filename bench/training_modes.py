@@ -13,8 +13,8 @@ is reported as target tokens per second and as a ratio to float32.
 """
 
 import argparse
+import functools
 import os
-import time
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
 
@@ -28,6 +28,8 @@ import tensorflow as tf  # noqa: E402
 import hparams  # noqa: E402
 from tfattn import config  # noqa: E402
 from tfattn import training  # noqa: E402
+from _timing import best_times  # noqa: E402
+from _timing import run_train_steps  # noqa: E402
 
 MODES = {
     "float32": (None, False),
@@ -115,19 +117,19 @@ def main():
         f"vocabulary {args.vocab}; best of {args.rounds} rounds x "
         f"{args.steps} steps"
     )
-    best = {name: float("inf") for name in steps}
-    tokens = {}
-    for _ in range(args.rounds):
-        for name, (step, iterator) in steps.items():
-            start = time.perf_counter()
-            total = 0.0
-            for _ in range(args.steps):
-                loss, count, _, _ = step(iterator)
-                total += float(count)
-            if not np.isfinite(float(loss)):
-                raise RuntimeError(f"{name}: non-finite loss {float(loss)}")
-            best[name] = min(best[name], time.perf_counter() - start)
-            tokens[name] = total
+    timings = best_times(
+        {
+            name: functools.partial(run_train_steps, step, iterator, args.steps)
+            for name, (step, iterator) in steps.items()
+        },
+        args.rounds,
+        warmup=0,  # traced above
+    )
+    best = {name: t.seconds for name, t in timings.items()}
+    tokens = {name: t.output[0] for name, t in timings.items()}
+    for name, t in timings.items():
+        if not np.isfinite(t.output[1]):
+            raise RuntimeError(f"{name}: non-finite loss {t.output[1]}")
     base = tokens["float32"] / best["float32"] if "float32" in best else None
     print(f"{'mode':22} {'ms/step':>8} {'tokens/s':>9} {'vs float32':>10}")
     for name, seconds in best.items():

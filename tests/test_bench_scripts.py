@@ -75,3 +75,46 @@ def test_help_exits_zero(script, capsys, monkeypatch):
         runpy.run_path(os.path.join(BENCH, script), run_name="__main__")
     assert exit_info.value.code in (0, None)
     assert "usage" in capsys.readouterr().out
+
+
+def test_best_times_interleaves_rounds_and_fetches_outputs(monkeypatch):
+    """bench/_timing.py: warm-up calls first, then one call of each
+    function per round in turn; the best sample per name, the last output
+    as NumPy; bad counts named."""
+    monkeypatch.syspath_prepend(BENCH)
+    import numpy as np
+    import tensorflow as tf
+    from _timing import best_times
+
+    calls = []
+    clock = iter(range(1000))
+    # Each sample spans a known number of ticks: 'a' 3 then 1, 'b' 2 then 2.
+    durations = {"a": [3, 1], "b": [2, 2]}
+    now = [0.0]
+
+    def perf_counter():
+        return now[0]
+
+    def function(name):
+        def call():
+            calls.append(name)
+            if len(calls) > 2:  # past the warm-up
+                now[0] += durations[name].pop(0)
+            return tf.constant([next(clock)])
+
+        return call
+
+    monkeypatch.setattr("_timing.time.perf_counter", perf_counter)
+    timings = best_times({"a": function("a"), "b": function("b")}, rounds=2)
+    assert calls == ["a", "b", "a", "b", "a", "b"]
+    assert (timings["a"].seconds, timings["b"].seconds) == (1.0, 2.0)
+    assert isinstance(timings["b"].output, np.ndarray)
+    assert timings["b"].output.tolist() == [5]
+
+    counted = []
+    timings = best_times(
+        {"c": lambda: counted.append(1) or 7}, rounds=2, repeats=3, warmup=0
+    )
+    assert len(counted) == 6 and timings["c"].output == 7
+    with pytest.raises(ValueError, match="got 0 and 1"):
+        best_times({"c": lambda: 0}, rounds=0)
