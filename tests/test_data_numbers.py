@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tfattn.data import load_numbers
+from tfattn.data import numbers
 from tfattn.data import number_to_words
 from tfattn.data import numbers_dataset
 from tfattn.data import numbers_splits
@@ -92,11 +93,31 @@ def test_every_word_is_in_training(splits):
 
 
 def test_deterministic_given_seed(splits):
+    numbers._generated_splits.cache_clear()  # generate anew, not recall
     again = numbers_splits(seed=0)
     assert again == splits
     other = numbers_splits(seed=1)
     assert other["test"] != splits["test"]
     assert load_numbers("test", seed=0) == splits["test"]
+
+
+def test_splits_are_generated_once_and_returned_as_fresh_lists():
+    """Repeated calls (train.py loads each split separately) reuse one
+    generation, and what a caller does to its lists reaches no other."""
+    first = numbers_splits(max_value=1200, num_validation=20, num_test=20)
+    first["train"].clear()
+    first["test"].append(("x", "y"))
+    again = numbers_splits(max_value=1200, num_validation=20, num_test=20)
+    assert len(again["train"]) > 1000 and len(again["test"]) == 20
+    assert again["test"][-1] != ("x", "y")
+    assert (
+        load_numbers("test", max_value=1200, num_validation=20, num_test=20)
+        == again["test"]
+    )
+    # Arguments are checked before the cache: a bad one is named each time.
+    for _ in range(2):
+        with pytest.raises(ValueError, match="num_train"):
+            numbers_splits(max_value=1200, num_train=10**6)
 
 
 def test_balance_lengths_must_be_a_bool():

@@ -165,8 +165,6 @@ _HUB_NORMS = (("_self_attention_layer_norm", "self_attention_layer_norm"),
               ("_feedforward_layer_norm", "feed_forward_layer_norm"))
 _HUB_DENSE = (("_feedforward_intermediate_dense", "inner_dense"),
               ("_feedforward_output_dense", "outer_dense"))
-
-
 _HUB_CROSS_NORM = ("_cross_attention_layer_norm", "cross_attention_layer_norm")
 
 

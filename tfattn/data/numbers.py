@@ -21,6 +21,8 @@ is told not to; train the vocabulary with `split_digits=True`
 (`tfattn.data.train_tokenizer`) so that each digit is one piece.
 """
 
+import functools
+
 import numpy as np
 
 from tfattn.data.pipeline import pairs_to_dataset
@@ -149,8 +151,24 @@ def numbers_splits(
             f"{num_validation} and num_test={num_test})",
             max_value,
         )
-    rng = np.random.default_rng(int(seed))
-    pool = rng.permutation(np.arange(_ALWAYS_TRAIN, int(max_value) + 1))
+    splits = _generated_splits(
+        int(seed), int(max_value), num_train, num_validation, num_test,
+        balance_lengths,
+    )
+    # Fresh lists: the cached tuples stay as generated whatever callers do.
+    return {name: list(pairs) for name, pairs in splits.items()}
+
+
+# train.py loads each split separately and every load would generate all
+# three (about a second for the default 100,000 numbers): generate once.
+@functools.lru_cache(maxsize=4)
+def _generated_splits(
+    seed, max_value, num_train, num_validation, num_test, balance_lengths
+):
+    """`numbers_splits` for checked arguments, as tuples."""
+    held_out = num_validation + num_test
+    rng = np.random.default_rng(seed)
+    pool = rng.permutation(np.arange(_ALWAYS_TRAIN, max_value + 1))
     test = pool[:num_test]
     validation = pool[num_test:held_out]
     # The always-train numbers come first so that a cut keeps them.
@@ -174,7 +192,7 @@ def numbers_splits(
     train = rng.permutation(train)
 
     def pairs(values):
-        return [(str(int(v)), number_to_words(int(v))) for v in values]
+        return tuple((str(int(v)), number_to_words(int(v))) for v in values)
 
     return {
         "train": pairs(train),
