@@ -15,6 +15,7 @@ from tests import reference_numpy as ref
 from tfattn.losses import LabelSmoothedCrossEntropy
 from tfattn.losses import smoothed_cross_entropy
 from tfattn.losses import smoothed_cross_entropy_sum
+from tfattn.losses import smoothed_cross_entropy_sums
 
 B, T, V = 3, 6, 13
 
@@ -183,6 +184,36 @@ def test_sum_variant_with_weights_gives_the_global_token_mean():
         float(t_w) / float(c_w),
         ref.smoothed_cross_entropy(logits[keep], labels[keep]),
         rtol=1e-6,
+    )
+
+
+def test_sums_count_the_argmax_hits_over_the_counted_targets():
+    labels, logits = _data(7)
+    labels[1, :3] = np.argmax(logits[1, :3], -1)  # some hits for sure
+    weights = np.array([1.0, 2.0, 0.5], "float32")
+    sums = smoothed_cross_entropy_sums(labels, logits, weights=weights)
+    keep = (labels != 0) * weights[:, None]
+    hits = (np.argmax(logits, -1) == labels) * keep
+    np.testing.assert_allclose(float(sums.correct), hits.sum(), rtol=1e-6)
+    assert float(sums.correct) >= 3 * 2.0
+    np.testing.assert_allclose(float(sums.tokens), keep.sum(), rtol=1e-6)
+    total, count = smoothed_cross_entropy_sum(labels, logits, weights=weights)
+    assert float(total) == float(sums.loss)
+    assert float(count) == float(sums.tokens)
+
+
+def test_a_tie_at_the_top_counts_as_a_hit_and_hits_carry_no_gradient():
+    logits = tf.constant([[[2.0, 5.0, 5.0, 1.0]]])  # label 2 ties label 1
+    labels = tf.constant([[2]])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        sums = smoothed_cross_entropy_sums(labels, logits)
+        total, _ = smoothed_cross_entropy_sum(labels, logits)
+    assert float(sums.correct) == 1.0
+    assert tape.gradient(sums.correct, logits) is None
+    np.testing.assert_allclose(
+        tape.gradient(sums.loss, logits).numpy(),
+        tape.gradient(total, logits).numpy(),
     )
 
 

@@ -24,6 +24,7 @@ from tfattn.layers import Encoder  # noqa: E402
 from tfattn.layers import EncoderBlock  # noqa: E402
 from tfattn.layers import FeedForward  # noqa: E402
 from tfattn.layers import HardAttention  # noqa: E402
+from tfattn.layers import LayerNormalization  # noqa: E402
 from tfattn.layers import MultiHeadAttention  # noqa: E402
 from tfattn.layers import PositionalEncoding  # noqa: E402
 from tfattn.layers import TokenEmbedding  # noqa: E402

@@ -24,6 +24,7 @@ with no real target gives 0 (not NaN) when `denominator_epsilon` is 0.
 """
 
 import numbers
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
@@ -34,20 +35,34 @@ from tfattn import validation
 _CONTEXT = "smoothed_cross_entropy"
 
 
-def smoothed_cross_entropy_sum(
+class LossSums(NamedTuple):
+    """What `smoothed_cross_entropy_sums` returns: float32 scalars."""
+
+    loss: tf.Tensor  # Σ CE over the counted targets (times their weights).
+    tokens: tf.Tensor  # The counted targets (their summed weights).
+    correct: tf.Tensor  # Those whose logit is the largest (weighted).
+
+
+def smoothed_cross_entropy_sums(
     labels, logits, epsilon=0.1, pad_id=0, weights=None
 ):
-    """Summed label-smoothed cross-entropy and the number of counted tokens.
+    """Summed label-smoothed cross-entropy, token count and top-1 hits.
 
-    For data-parallel training: every replica returns its local
-    `(sum_loss, num_tokens)`; summing both over replicas and dividing gives
-    the exact mean over the *global* number of non-padding tokens, which
-    averaging per-replica means does not when replicas hold different
-    numbers of pads. For example, under a `tf.distribute` strategy::
+    For data-parallel training: every replica returns its local sums;
+    summing them over replicas and dividing gives the exact mean over the
+    *global* number of non-padding tokens, which averaging per-replica
+    means does not when replicas hold different numbers of pads. For
+    example, under a `tf.distribute` strategy::
 
-        total, count = smoothed_cross_entropy_sum(labels, logits)
-        global_count = replica_ctx.all_reduce("sum", count)
-        loss = total / global_count  # per-replica share; gradients sum up
+        sums = smoothed_cross_entropy_sums(labels, logits)
+        global_count = replica_ctx.all_reduce("sum", sums.tokens)
+        loss = sums.loss / global_count  # per-replica share; gradients sum
+
+    `correct` counts the targets whose logit equals the row's largest (a
+    tie at the top counts as a hit, where `argmax` would take the first
+    index). It reuses the maximum the loss computes anyway, so the token
+    accuracy costs no extra pass over the [..., V] logits; it carries no
+    gradient.
 
     Args:
         labels: integer tensor [...], the target ids.
@@ -56,15 +71,31 @@ def smoothed_cross_entropy_sum(
         pad_id: int or None. Targets equal to it are not counted. `None`
             counts every target. Defaults to `0`.
         weights: optional float tensor, a weight per target multiplied onto
-            both the sum and the count. Broadcast against `labels`; a
-            lower-rank weight such as [B] is expanded on the right first.
+            the three sums. Broadcast against `labels`; a lower-rank weight
+            such as [B] is expanded on the right first.
+
+    Returns:
+        A `LossSums(loss, tokens, correct)` of float32 scalars.
+    """
+    per_token, top, keep = _per_token(labels, logits, epsilon, pad_id)
+    keep = _apply_weights(keep, weights)
+    return LossSums(
+        ops.sum(per_token * keep), ops.sum(keep), ops.sum(top * keep))
+
+
+def smoothed_cross_entropy_sum(
+    labels, logits, epsilon=0.1, pad_id=0, weights=None
+):
+    """`(sum_loss, num_tokens)`: the first two of
+    `smoothed_cross_entropy_sums` (same arguments), for callers that need
+    no accuracy.
 
     Returns:
         `(sum_loss, num_tokens)`, two float32 scalars.
     """
-    per_token, keep = _per_token(labels, logits, epsilon, pad_id)
-    keep = _apply_weights(keep, weights)
-    return ops.sum(per_token * keep), ops.sum(keep)
+    sums = smoothed_cross_entropy_sums(labels, logits, epsilon, pad_id,
+                                       weights)
+    return sums.loss, sums.tokens
 
 
 def smoothed_cross_entropy(
@@ -103,7 +134,8 @@ def _divide(total, count, denominator_epsilon):
 
 
 def _per_token(labels, logits, epsilon, pad_id):
-    """Returns (CE [...] float32, keep [...] float32 with 1 = counted)."""
+    """Returns (CE [...] float32, top [...] float32 with 1 where the label's
+    logit is the largest, keep [...] float32 with 1 = counted)."""
     epsilon = _check_epsilon(epsilon)
     pad_id = _check_pad_id(pad_id)
     labels, logits = _check_tensors(labels, logits)
@@ -112,12 +144,14 @@ def _per_token(labels, logits, epsilon, pad_id):
     keep = ops.ones_like(labels, "bool") if pad_id is None else labels != pad_id
     # Pad targets may hold ids outside [0, V) (e.g. -100): read class 0.
     safe = ops.where(keep, labels, ops.zeros_like(labels))
-    ce = _smoothed_cross_entropy(logits, safe, epsilon)
-    return ce, ops.cast(keep, "float32")
+    ce, top = _smoothed_cross_entropy(logits, safe, epsilon)
+    return ce, top, ops.cast(keep, "float32")
 
 
 def _smoothed_cross_entropy(logits, labels, epsilon):
-    """CE [...] of float32 logits [..., V] against int32 labels [...].
+    """CE [...] of float32 logits [..., V] against int32 labels [...], and
+    top [...]: 1.0 where the label's logit is the largest, else 0.0 (no
+    gradient).
 
     One fused softmax gives both the loss and its gradient: logsumexp(z) =
     max(z) - log(max(softmax(z))), exact to rounding and never log(0), as
@@ -135,23 +169,24 @@ def _smoothed_cross_entropy(logits, labels, epsilon):
     @tf.custom_gradient
     def loss_and_gradient(logits):
         softmax = tf.nn.softmax(logits)
-        log_z = tf.reduce_max(logits, axis=-1) - tf.math.log(
-            tf.reduce_max(softmax, axis=-1)
-        )
+        max_logit = tf.reduce_max(logits, axis=-1)
+        log_z = max_logit - tf.math.log(tf.reduce_max(softmax, axis=-1))
         label_logit = tf.gather(logits, labels, batch_dims=labels.shape.rank)
+        top = tf.cast(label_logit >= max_logit, tf.float32)
         ce = log_z - (1.0 - epsilon) * label_logit
         if epsilon:
             ce = ce - epsilon * tf.reduce_mean(logits, axis=-1)
 
-        def gradient(upstream):
+        def gradient(upstream, _):  # `top` is a count: no gradient.
             smoothed = tf.one_hot(
                 labels, vocab_size, on_value=on_value, off_value=off_value
             )
             return upstream[..., None] * (softmax - smoothed)
 
-        return ce, gradient
+        return (ce, top), gradient
 
-    return loss_and_gradient(logits)
+    ce, top = loss_and_gradient(logits)
+    return ce, tf.stop_gradient(top)
 
 
 def _apply_weights(keep, weights):
@@ -266,7 +301,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         keras_mask = getattr(y_pred, "_keras_mask", None)
         with keras.name_scope(self.name):
-            per_token, keep = _per_token(
+            per_token, _, keep = _per_token(
                 y_true, y_pred, self.epsilon, self.pad_id
             )
             keep = _apply_weights(keep, sample_weight)
@@ -280,7 +315,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         """Per-target losses [B, T], float32, 0 at the padding targets."""
-        per_token, keep = _per_token(y_true, y_pred, self.epsilon, self.pad_id)
+        per_token, _, keep = _per_token(
+            y_true, y_pred, self.epsilon, self.pad_id)
         return per_token * keep
 
     def get_config(self):

@@ -54,7 +54,8 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
 
     `stop` is a float scalar tensor, > 0 where this worker was asked to
     stop. Returns the global mean loss, the global number of target tokens,
-    the number of them predicted correctly (argmax) and the sum of the
+    the number of them predicted correctly (the label's logit the largest:
+    `losses.smoothed_cross_entropy_sums`) and the sum of the
     workers' `stop` values, as scalars: one all-reduce of the four.
     """
     loss_scaling = mixed_precision == "mixed_float16"
@@ -63,17 +64,14 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
     def forward_backward(inputs, labels, global_tokens):
         with tf.GradientTape() as tape:
             logits = model(inputs, training=True)
-            total, _ = losses.smoothed_cross_entropy_sum(
-                labels, logits, epsilon=hp.label_smoothing)
+            sums = losses.smoothed_cross_entropy_sums(
+                labels, logits, epsilon=hp.label_smoothing, pad_id=PAD_ID)
             # This replica's share of the global mean: replicas' gradients
             # are summed, giving the gradient of the mean over all tokens.
-            loss = total / (global_tokens + hp.loss_denominator_epsilon)
+            loss = sums.loss / (global_tokens + hp.loss_denominator_epsilon)
             scaled = optimizer.scale_loss(loss) if loss_scaling else loss
         grads = tape.gradient(scaled, variables)
-        hits = tf.logical_and(
-            tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-            tf.not_equal(labels, PAD_ID))
-        return loss, grads, tf.reduce_sum(tf.cast(hits, tf.float32))
+        return loss, grads, sums.correct
 
     if jit_compile:
         forward_backward = tf.function(forward_backward, jit_compile=True)

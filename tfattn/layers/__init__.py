@@ -8,6 +8,7 @@ from tfattn.layers.encoder import Encoder
 from tfattn.layers.encoder_block import EncoderBlock
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.hard_attention import HardAttention
+from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.token_embedding import TokenEmbedding

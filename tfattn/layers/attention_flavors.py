@@ -19,11 +19,11 @@ Shapes: B = batch, T_q = query length, T_k = key length, C = width, H =
 heads, d_v = per-head value width.
 """
 
-import keras
 from keras import ops
 
 from tfattn import validation
 from tfattn.layers import attention_arguments as arguments
+from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.ops import masking
 
 _CONTEXT = "MultiHeadAttention"
@@ -126,7 +126,7 @@ class ReferenceFlavor(PaperFlavor):
 
     def build_ending(self, layer, queries_shape, value_units, output_units):
         """`layer.layer_norm`, over [B, T_q, C]."""
-        layer.layer_norm = keras.layers.LayerNormalization(
+        layer.layer_norm = LayerNormalization(
             epsilon=1e-8, dtype=layer.dtype_policy, name="layer_norm"
         )
         layer.layer_norm.build(queries_shape)

@@ -7,6 +7,7 @@ from tfattn.layers.dropout import Dropout
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
+from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
@@ -143,7 +144,7 @@ class BlockBase(keras.layers.Layer):
             bias_initializer=self.bias_initializer))
 
     def _norm(self, name):
-        return keras.layers.LayerNormalization(
+        return LayerNormalization(
             epsilon=resolved_epsilon(self.flavor, self.layer_norm_epsilon),
             dtype=self.dtype_policy,
             name=name,
