@@ -255,13 +255,13 @@ def _oversized_from_the_second_step(loss):
     runs = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def wasteful(*args, **kwargs):
-        total, count = loss(*args, **kwargs)
+        sums = loss(*args, **kwargs)
         runs.assign_add(1)
         size = tf.where(
             runs > 1, tf.constant(2**40, tf.int64), tf.constant(1, tf.int64)
         )
-        waste = tf.reduce_sum(tf.zeros(tf.reshape(size, [1]), total.dtype))
-        return total + 0.0 * waste, count
+        waste = tf.reduce_sum(tf.zeros(tf.reshape(size, [1]), sums.loss.dtype))
+        return sums._replace(loss=sums.loss + 0.0 * waste)
 
     return wasteful
 
@@ -278,10 +278,10 @@ def test_out_of_memory_is_one_line_and_keeps_the_last_checkpoint(
     )
     status, _ = _main(*tiny, "--train_steps=4")
     assert status == 0
-    loss = losses.smoothed_cross_entropy_sum
+    loss = losses.smoothed_cross_entropy_sums
     monkeypatch.setattr(
         losses,
-        "smoothed_cross_entropy_sum",
+        "smoothed_cross_entropy_sums",
         _oversized_from_the_second_step(loss),
     )
     status, line = _main(*tiny, "--train_steps=8")
@@ -301,7 +301,7 @@ def test_out_of_memory_is_one_line_and_keeps_the_last_checkpoint(
     model, _, _ = run_dir.restore_model(str(model_dir))
     assert model.count_params() > 0
     # As the message says: a smaller batch resumes from there.
-    monkeypatch.setattr(losses, "smoothed_cross_entropy_sum", loss)
+    monkeypatch.setattr(losses, "smoothed_cross_entropy_sums", loss)
     status, _ = _main(
         *tiny[:2],
         "--hparams_overrides=num_layers=1,"
