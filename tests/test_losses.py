@@ -107,6 +107,22 @@ def test_gradient_matches_numpy(epsilon, jit_compile):
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3, 2)])
+def test_gradient_for_labels_of_any_rank(shape):
+    rng = np.random.default_rng(3)
+    logits = tf.constant(rng.normal(size=shape + (V,)).astype("float32"))
+    labels = tf.constant(rng.integers(1, V, size=shape).astype("int32"))
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        total, _ = smoothed_cross_entropy_sum(labels, logits, epsilon=0.1)
+    z = logits.numpy().astype("float64")
+    softmax = np.exp(z - z.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    targets = np.eye(V)[labels.numpy()] * 0.9 + 0.1 / V
+    np.testing.assert_allclose(
+        tape.gradient(total, logits).numpy(), softmax - targets, atol=1e-6)
+
+
 def test_implied_smoothed_targets_match_spec_golden_values():
     """∂CE/∂z = softmax(z) - y_s, so y_s is read back from the gradient."""
     vocab = 32000

@@ -64,7 +64,11 @@ def dropout(inputs, rate, seed, noise_shape=None):
         return tf.zeros_like(inputs)
     keep = keep_mask(_mask_shape(inputs, noise_shape), threshold, seed)
     scale = tf.constant(LEVELS / (LEVELS - threshold), inputs.dtype)
-    return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+    # A multiply by the scaled mask, as `tf.nn.dropout` does, so that the
+    # gradient is one multiply; selecting between the scaled input and
+    # zeros built a zero tensor and selected again in the gradient. (A
+    # dropped inf or NaN so gives NaN, as TensorFlow's and Keras's do.)
+    return inputs * tf.where(keep, scale, tf.zeros([], inputs.dtype))
 
 
 def keep_mask(shape, threshold, seed):
