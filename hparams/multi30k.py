@@ -9,7 +9,8 @@ with a joint 8,000-piece BPE vocabulary, trained for 6,000 steps of about
 reference point's 65.5M), i.e. about 56 passes over the training split,
 with the reference point's dropout of 0.3; beam 5, as the reference point.
 On 2 cores the whole run (vocabulary, training, evaluation, export) takes
-about 1.5-2.5 hours (bench/README.md, "Multi30k runs").
+about 1-2.5 hours, by the machine's load (58 min on a quiet AMX Xeon,
+2.4 hours on a busy one; bench/README.md, "Multi30k runs").
 Derived from `base` (shared and tied embeddings, Adam(0.9, 0.98, 1e-9),
 label smoothing 0.1).
 
