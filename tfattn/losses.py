@@ -13,8 +13,9 @@ The closed form on the right is what is computed: it needs one softmax (for
 the logsumexp), one gather and one mean over V, so the forward pass builds
 no [B, T, V] one-hot (or smoothed-target) tensor; the gradient,
 softmax(z) - y_s, is written out from the same softmax rather than
-differentiated through the gather, and builds none either (ε/V off the
-softmax, then 1 - ε more at each label, scattered). Everything runs
+differentiated through the gather (the one-hot it builds there was faster
+on CPU than shifting by ε/V and scattering at the labels: 84.6 against
+89.9 ms, `bench/loss.py`). Everything runs
 in float32, whatever the logits' dtype (float16 and bfloat16 logits are
 cast first), so the loss stays finite and accurate under mixed precision.
 
@@ -179,27 +180,15 @@ def _smoothed_cross_entropy(logits, labels, epsilon):
             ce = ce - epsilon * tf.reduce_mean(logits, axis=-1)
 
         def gradient(upstream, _):  # `top` is a count: no gradient.
-            # upstream · (softmax - y_s) without building y_s: off_value
-            # everywhere, then the label's extra (on - off) at N points.
-            shifted = softmax - off_value if epsilon else softmax
-            grad = shifted * upstream[..., None]
-            return _subtract_at_labels(
-                grad, labels, (on_value - off_value) * upstream)
+            smoothed = tf.one_hot(
+                labels, vocab_size, on_value=on_value, off_value=off_value
+            )
+            return upstream[..., None] * (softmax - smoothed)
 
         return (ce, top), gradient
 
     ce, top = loss_and_gradient(logits)
     return ce, tf.stop_gradient(top)
-
-
-def _subtract_at_labels(values, labels, amounts):
-    """values [..., V] with amounts [...] subtracted at each row's label."""
-    vocab_size = tf.shape(values)[-1]
-    rows = tf.reshape(values, [-1, vocab_size])  # [N, V], no copy
-    indices = tf.stack(
-        [tf.range(tf.shape(rows)[0]), tf.reshape(labels, [-1])], axis=1)
-    rows = tf.tensor_scatter_nd_sub(rows, indices, tf.reshape(amounts, [-1]))
-    return tf.reshape(rows, tf.shape(values))
 
 
 def _apply_weights(keep, weights):
