@@ -28,6 +28,7 @@ HPARAMS = HParams(
     tokenizer_model_type="bpe",  # Byte-pair encoding.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece's default; cased.
     # Training.
+    tokenizer_sampling_alpha=0.0,  # The paper samples no segmentations.
     batch_size=None,  # Batches are sized in tokens, not sentences.
     tokens_per_batch=25000,  # §5.1: ~25,000 source + ~25,000 target tokens.
     max_train_length=256,  # Same as max_length.

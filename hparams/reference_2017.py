@@ -36,6 +36,7 @@ HPARAMS = HParams(
     tokenizer_model_type="word",  # Whitespace words, not subwords.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     # Training.
+    tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=32,  # batch_size = 32 sentence pairs.
     tokens_per_batch=None,  # Batches in sentences.
     max_train_length=10,  # Pairs with max(len x, len y) > maxlen dropped.

@@ -31,6 +31,7 @@ HPARAMS = HParams(
     tokenizer_model_type="bpe",  # prepro.py: --model_type=bpe.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     # Training.
+    tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=128,  # --batch_size 128 sentence pairs.
     tokens_per_batch=None,  # Batches in sentences.
     max_train_length=100,  # len + 1 > maxlen1 or maxlen2 is dropped.

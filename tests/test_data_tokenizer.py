@@ -302,3 +302,92 @@ def test_invalid_arguments(tmp_path):
     with pytest.raises(ValueError, match="argument `normalization`.*'nfc'"):
         train_tokenizer(SENTENCES, tmp_path, normalization="nfc")
     assert not os.listdir(tmp_path)
+
+
+# Subword regularisation (`sampling_alpha`).
+
+_SAMPLED_SENTENCE = "Three girls jump near a river."
+_SAMPLES = 300
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def sampling_model(request, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp(f"spm_{request.param}")
+    tokenizer = train_tokenizer(SENTENCES, model_dir, vocab_size=64,
+                                model_type=request.param)
+    return tokenizer
+
+
+def _python_samples(tokenizer, alpha):
+    """Piece counts of SentencePiece's own Python sampler: the reference."""
+    import sentencepiece as spm
+    processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    return [
+        len(processor.encode(_SAMPLED_SENTENCE, enable_sampling=True,
+                             alpha=alpha, nbest_size=-1))
+        for _ in range(_SAMPLES)
+    ]
+
+
+def test_sampling_draws_segmentations_of_the_same_text(sampling_model):
+    best = sampling_model.tokenize(_SAMPLED_SENTENCE).numpy().tolist()
+    sampler = sampling_model.sampling(0.3)
+    assert sampler.sampling_alpha == 0.3
+    assert sampler.vocab_size == sampling_model.vocab_size
+    samples = [sampler.tokenize(_SAMPLED_SENTENCE).numpy().tolist()
+               for _ in range(_SAMPLES)]
+    assert len({tuple(s) for s in samples}) > 1
+    assert any(s != best for s in samples)
+    # Every sample is a segmentation of the same text.
+    texts = {sampler.detokenize(tf.constant(s)).numpy() for s in samples}
+    assert texts == {_SAMPLED_SENTENCE.encode()}
+    # The same distribution as SentencePiece's Python sampler: mean piece
+    # counts within 5 standard errors of each other.
+    ours = tf.constant([len(s) for s in samples], tf.float64)
+    theirs = tf.constant(_python_samples(sampling_model, 0.3), tf.float64)
+    spread = tf.sqrt((tf.math.reduce_variance(ours)
+                      + tf.math.reduce_variance(theirs)) / _SAMPLES)
+    gap = abs(float(tf.reduce_mean(ours) - tf.reduce_mean(theirs)))
+    assert gap <= 5 * float(spread) + 1e-9, (gap, float(spread))
+
+
+def test_bpe_dropout_splits_more_as_alpha_grows(trained, tmp_path):
+    bpe = train_tokenizer(SENTENCES, tmp_path, vocab_size=64,
+                          model_type="bpe")
+    best = len(bpe.tokenize(_SAMPLED_SENTENCE).numpy())
+    means = []
+    for alpha in (0.05, 0.5, 0.95):
+        sampler = bpe.sampling(alpha)
+        counts = [len(sampler.tokenize(_SAMPLED_SENTENCE).numpy())
+                  for _ in range(100)]
+        means.append(sum(counts) / len(counts))
+    assert best <= means[0] < means[1] < means[2]
+    # With nearly every merge dropped, nearly every character is a piece.
+    assert means[2] > 0.8 * len(_SAMPLED_SENTENCE)
+
+
+def test_no_sampling_by_default_and_in_graph(trained):
+    tokenizer, _ = trained
+    assert tokenizer.sampling_alpha == 0.0
+    assert tokenizer.sampling(0.0) is tokenizer
+    first = tokenizer.tokenize(_SAMPLED_SENTENCE).numpy().tolist()
+    assert all(tokenizer.tokenize(_SAMPLED_SENTENCE).numpy().tolist() == first
+               for _ in range(20))
+    sampler = tokenizer.sampling(0.5)
+    dataset = tf.data.Dataset.from_tensors(_SAMPLED_SENTENCE).repeat(40).map(
+        sampler.tokenize)
+    lengths = {int(tf.size(ids)) for ids in dataset}
+    assert len(lengths) > 1
+
+
+def test_sampling_alpha_errors(trained, tmp_path):
+    tokenizer, _ = trained
+    for bad in (-0.1, 1.0, "0.1", True, None):
+        with pytest.raises(ValueError,
+                           match=r"argument `sampling_alpha`.*"
+                                 rf"Received: sampling_alpha={bad!r}"):
+            SubwordTokenizer(tokenizer.model_proto, sampling_alpha=bad)
+    char = train_tokenizer(SENTENCES, tmp_path, vocab_size=40,
+                           model_type="char")
+    with pytest.raises(ValueError, match=r"type 'char'.*sampling_alpha=0.1"):
+        char.sampling(0.1)

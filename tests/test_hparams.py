@@ -270,6 +270,10 @@ def test_malformed_overrides(text):
         ("tokenizer_normalization=lowercase", "tokenizer_normalization"),
         ("eval_every_steps=-1", "eval_every_steps"),
         ("eval_sentences=0", "eval_sentences"),
+        ("tokenizer_sampling_alpha=1.0", "tokenizer_sampling_alpha"),
+        ("tokenizer_sampling_alpha=-0.1", "tokenizer_sampling_alpha"),
+        ("tokenizer_model_type=char,tokenizer_sampling_alpha=0.1",
+         "tokenizer_sampling_alpha"),
         ("learning_rate_schedule=cosine,learning_rate=none", "learning_rate"),
         (
             "learning_rate_schedule=cosine,learning_rate=1e-3,warmup_steps=50,"

@@ -66,6 +66,16 @@ def parse(*args):
             ["--hparams=tiny", "--hparams_overrides=num_heads=3"],
             "a multiple of num_heads=3",
         ),
+        (
+            [
+                "--hparams=tiny",
+                "--hparams_overrides=tokenizer_model_type=char,"
+                "tokenizer_sampling_alpha=0.1",
+            ],
+            r"`tokenizer_sampling_alpha`, expected 0 with "
+            r"tokenizer_model_type='char'.*Received: "
+            r"tokenizer_sampling_alpha=0.1",
+        ),
         (["--strategy=gpu"], "value should be one of <default|one_device"),
         (["--strategy=tpu"], "--tpu is required with --strategy=tpu"),
         (["--tpu=local"], "--tpu is required with --strategy=tpu and only"),

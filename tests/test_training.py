@@ -22,6 +22,7 @@ from tests.harness import uneven_translation_batches
 from tfattn import config
 from tfattn import run_dir
 from tfattn import training
+from tfattn.data import EOS_ID
 from tfattn.data import sources
 from tfattn.data import training_input
 from tfattn.visualize import curves
@@ -779,6 +780,34 @@ def test_each_worker_reads_its_own_shard(tmp_path, monkeypatch):
         [f"s{i}" for i in range(1, 12, 2)],
     ]
     assert seen["kwargs"]["batch_size"] == 32
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_training_batches_sample_segmentations_by_the_hparams(
+        tmp_path, monkeypatch, alpha):
+    """Subword regularisation: each pass over the split tokenizes a pair
+    anew (alpha > 0), or always the same way (alpha = 0)."""
+    from tfattn.data import train_tokenizer
+    sentence = "Three girls jump near a river."
+    tokenizer = train_tokenizer(
+        [sentence, "Two dogs run in the park.", "A man waits."] * 20,
+        tmp_path, vocab_size=40, model_type="bpe")
+    monkeypatch.setattr(
+        training_input, "load_split",
+        lambda spec, split: tf.data.Dataset.from_tensors(
+            {"inputs": sentence, "targets": sentence}))
+    hp = config.parse_overrides(
+        TEST_HPARAMS,
+        f"batch_size=1,shuffle_buffer_size=1,tokenizer_sampling_alpha={alpha}")
+    batches = training_input.distributed_batches(
+        tf.distribute.get_strategy(), hp, tokenizer, None, seed=0,
+        static_shapes=False)
+    sources = {tuple(features["source"].numpy()[0])
+               for features, _ in batches.take(30)}
+    best = tuple(tokenizer.tokenize(sentence).numpy()) + (EOS_ID,)
+    assert (sources == {best}) == (alpha == 0.0)
+    assert {tokenizer.detokenize(tf.constant(s)).numpy()
+            for s in sources} == {sentence.encode()}
 
 
 @pytest.mark.slow

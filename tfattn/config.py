@@ -89,6 +89,12 @@ class HParams:
     tokenizer_normalization: str
 
     # --- Training.
+    # Subword regularisation of the training batches: SentencePiece's
+    # sampling `alpha` (tokenizer.SubwordTokenizer). For a BPE vocabulary
+    # the probability of skipping each merge (BPE-dropout, Provilkov et al.
+    # 2020: 0.1); for a unigram one Kudo (2018)'s smoothing. 0 = always the
+    # one best segmentation. Evaluation and export never sample.
+    tokenizer_sampling_alpha: float
     # Sentence pairs per step, over all replicas; None = use tokens_per_batch.
     batch_size: typing.Optional[int]
     # About this many tokens per step over all replicas; None = batch_size.
@@ -181,7 +187,8 @@ RESUMABLE_FIELDS = (
 ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
                     eval_every_steps=0, eval_sentences=200,
                     average_checkpoints=1,
-                    tokenizer_normalization="nmt_nfkc")
+                    tokenizer_normalization="nmt_nfkc",
+                    tokenizer_sampling_alpha=0.0)
 
 
 def field_names():
@@ -302,7 +309,7 @@ def _check_ranges(hp):
         if getattr(hp, name) is not None and getattr(hp, name) < 1:
             raise _invalid(name, "a positive int or None", getattr(hp, name))
     for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing",
-                 "adam_beta1", "adam_beta2"):
+                 "adam_beta1", "adam_beta2", "tokenizer_sampling_alpha"):
         if not 0 <= getattr(hp, name) < 1.0:
             raise _invalid(name, "a float in [0, 1)", getattr(hp, name))
     for name in ("adam_epsilon", "learning_rate_scale"):
@@ -372,7 +379,15 @@ def _check_flavor_layout(hp):
 
 def _check_limits(hp):
     """Fields bounded by others: the average by the checkpoints kept, the
-    training length by the positional table."""
+    training length by the positional table, sampling by the vocabulary's
+    type."""
+    if (hp.tokenizer_sampling_alpha
+            and hp.tokenizer_model_type not in ("bpe", "unigram")):
+        raise _invalid(
+            "tokenizer_sampling_alpha",
+            f"0 with tokenizer_model_type={hp.tokenizer_model_type!r} (only "
+            "'bpe' and 'unigram' vocabularies sample segmentations)",
+            hp.tokenizer_sampling_alpha)
     if hp.average_checkpoints > hp.keep_checkpoints:
         raise _invalid("average_checkpoints",
                        f"at most keep_checkpoints={hp.keep_checkpoints}",

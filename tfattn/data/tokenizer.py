@@ -28,6 +28,7 @@ from absl import logging
 from tfattn.files import write_files_atomically
 from tfattn.validation import check_choice
 from tfattn.validation import check_positive_int
+from tfattn.validation import check_rate
 from tfattn.validation import invalid_argument
 
 PAD_ID = 0
@@ -55,6 +56,15 @@ class SubwordTokenizer(tf.Module):
         model_proto: bytes. A serialized SentencePiece model whose special
             ids are pad=0, unk=1, bos=2, eos=3.
         name: str or None. The module name. Defaults to `None`.
+        sampling_alpha: float in [0, 1). Above 0, `tokenize` samples a
+            segmentation per call (subword regularisation, SentencePiece's
+            `enable_sampling` with `nbest_size=-1`): for a BPE model each
+            merge is skipped with this probability (BPE-dropout, Provilkov
+            et al. 2020, who train with 0.1); for a unigram model it is the
+            smoothing `alpha` of Kudo (2018). The samples are not seeded:
+            tensorflow-text's op draws them from its own random device.
+            Meant for training batches only (`sampling`). Defaults to 0:
+            the one best segmentation, deterministic.
 
     Attributes:
         vocab_size: int. The number of pieces, special ones included.
@@ -64,6 +74,7 @@ class SubwordTokenizer(tf.Module):
             detokenised output is lowercase.
         pad_id, unk_id, bos_id, eos_id: int. 0, 1, 2 and 3.
         model_proto: bytes. The serialized model.
+        sampling_alpha: float. As given.
 
     Example:
 
@@ -74,7 +85,7 @@ class SubwordTokenizer(tf.Module):
     ```
     """
 
-    def __init__(self, model_proto, name=None):
+    def __init__(self, model_proto, name=None, sampling_alpha=0.0):
         super().__init__(name=name)
         if not isinstance(model_proto, bytes) or not model_proto:
             raise invalid_argument(
@@ -110,9 +121,19 @@ class SubwordTokenizer(tf.Module):
         self.normalization = _normalization_name(model_proto)
         self.folds_case = self.normalization.endswith("_cf")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = got
+        self.sampling_alpha = _checked_sampling_alpha(
+            sampling_alpha, model_proto)
+        sampling = (dict(nbest_size=-1, alpha=self.sampling_alpha)
+                    if self.sampling_alpha else {})
         self._sp = tf_text.SentencepieceTokenizer(
-            model=model_proto, out_type=tf.int32
+            model=model_proto, out_type=tf.int32, **sampling
         )
+
+    def sampling(self, alpha):
+        """This vocabulary, tokenizing with `sampling_alpha=alpha`."""
+        if alpha == self.sampling_alpha:
+            return self
+        return SubwordTokenizer(self._model_proto, sampling_alpha=alpha)
 
     @property
     def model_proto(self):
@@ -182,10 +203,33 @@ class SubwordTokenizer(tf.Module):
         return self._processor.piece_to_id(piece)
 
 
-def _normalization_name(model_proto):
+def _model_spec(model_proto):
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(model_proto)
-    return proto.normalizer_spec.name
+    return proto
+
+
+def _normalization_name(model_proto):
+    return _model_spec(model_proto).normalizer_spec.name
+
+
+def _checked_sampling_alpha(alpha, model_proto):
+    """`alpha` as a float in [0, 1), for a model that can sample."""
+    alpha = check_rate("sampling_alpha", alpha, "SubwordTokenizer")
+    if alpha:
+        trainer = _model_spec(model_proto).trainer_spec
+        model_type = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
+            trainer.model_type).lower()
+        if model_type not in ("bpe", "unigram"):
+            raise invalid_argument(
+                "sampling_alpha",
+                "0 for a vocabulary of type "
+                f"{model_type!r} (only 'bpe' and 'unigram' ones sample "
+                "segmentations)",
+                alpha,
+                "SubwordTokenizer",
+            )
+    return alpha
 
 
 def _vocab_text(processor):

@@ -28,9 +28,14 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
     Sharding policy: each input pipeline (one per worker) reads every
     `num_input_pipelines`-th pair from its `input_pipeline_id` on (a
     `Dataset.shard` of the records, so workers never share a pair), and
-    each replica gets its `per_replica_batch` of the global batch.
+    each replica gets its `per_replica_batch` of the global batch. With
+    `hp.tokenizer_sampling_alpha` above 0, every pass over the split
+    tokenizes each pair anew with a sampled segmentation (subword
+    regularisation; `SubwordTokenizer.sampling`).
     """
     batch_size, tokens = per_replica_batch(hp, strategy.num_replicas_in_sync)
+    if hp.tokenizer_sampling_alpha:
+        tokenizer = tokenizer.sampling(hp.tokenizer_sampling_alpha)
 
     def dataset_fn(context):
         pairs = load_split(spec, "train")
