@@ -808,6 +808,12 @@ def test_training_batches_sample_segmentations_by_the_hparams(
     assert (sources == {best}) == (alpha == 0.0)
     assert {tokenizer.detokenize(tf.constant(s)).numpy()
             for s in sources} == {sentence.encode()}
+    # The memory estimate and the precision probe size batches as the
+    # training batches tokenize: longer where segmentations are sampled.
+    sample = training_input.sample_lengths(
+        training_input.load_split(None, "train").repeat(50),
+        training_input.training_tokenizer(tokenizer, hp), max_length=64)
+    assert (sample.mean > len(best)) == (alpha > 0)
 
 
 @pytest.mark.slow

@@ -132,8 +132,10 @@ def prepare_training(hparams, dataset, model_dir, strategy=None, steps=None,
     # before anything is written.
     tokenizer = build_tokenizer(dataset, hp, train_pairs,
                                 model_dir if resume else None, resume=resume)
-    lengths = training_input.sample_lengths(train_pairs, tokenizer,
-                                            hp.max_train_length)
+    # Sized as training tokenizes: sampled segmentations are longer.
+    lengths = training_input.sample_lengths(
+        train_pairs, training_input.training_tokenizer(tokenizer, hp),
+        hp.max_train_length)
     static = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
     longest = hp.max_train_length if static else lengths.longest
     # Before the precision is chosen: float32's, unless one was given.

@@ -6,7 +6,9 @@
 - `validation_pairs`: the validation subset that training scores every
   `eval_every_steps`;
 - `sample_lengths`: the rows' lengths in a sample of the training split
-  (what the memory estimate and the precision probe size batches by).
+  (what the memory estimate and the precision probe size batches by);
+- `training_tokenizer`: the tokenizer as the training batches use it
+  (sampling segmentations where the hparams ask).
 """
 
 from typing import NamedTuple
@@ -34,8 +36,7 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
     regularisation; `SubwordTokenizer.sampling`).
     """
     batch_size, tokens = per_replica_batch(hp, strategy.num_replicas_in_sync)
-    if hp.tokenizer_sampling_alpha:
-        tokenizer = tokenizer.sampling(hp.tokenizer_sampling_alpha)
+    tokenizer = training_tokenizer(tokenizer, hp)
 
     def dataset_fn(context):
         pairs = load_split(spec, "train")
@@ -50,6 +51,14 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
             pad_to_max_length=static_shapes, drop_remainder=static_shapes)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def training_tokenizer(tokenizer, hp):
+    """How the training batches tokenize: with `hp.tokenizer_sampling_alpha`
+    (`SubwordTokenizer.sampling`) when it is above 0, else `tokenizer`."""
+    if hp.tokenizer_sampling_alpha:
+        return tokenizer.sampling(hp.tokenizer_sampling_alpha)
+    return tokenizer
 
 
 def validation_pairs(spec, hp):
@@ -69,9 +78,11 @@ def validation_pairs(spec, hp):
 
 
 def steps_per_epoch(hp, tokenizer, spec):
-    """Batches in one pass over the training split (global batches)."""
+    """Batches in one pass over the training split (global batches; one
+    sample of them where segmentations are sampled)."""
     batches = make_batches(
-        load_split(spec, "train"), tokenizer, max_length=hp.max_train_length,
+        load_split(spec, "train"), training_tokenizer(tokenizer, hp),
+        max_length=hp.max_train_length,
         batch_size=hp.batch_size, tokens_per_batch=hp.tokens_per_batch)
     return int(batches.reduce(np.int64(0), lambda n, _: n + 1))
 
