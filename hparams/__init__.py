@@ -7,7 +7,8 @@
 - `multi30k`: a model sized for the 29,000 pairs of Multi30k, trained in
   about 2 hours on 2 CPU cores;
 - `multi30k_reference`: the published 41.0-BLEU recipe of the same
-  architecture (8,000 larger steps, 10 checkpoints averaged).
+  architecture (8,000 larger steps, 10 checkpoints averaged; 41.25 in 89
+  minutes on a 2-core AVX-512 CPU).
 
 Each module defines `HPARAMS`, a `tfattn.config.HParams`. This package
 belongs to the application (`train.py`, run from the repository root); the

@@ -181,7 +181,9 @@ def test_multi30k_reference_is_the_published_recipe():
         10,
         5,
     )
-    # Ten checkpoints 400 steps apart: the average spans steps 4,400-8,000.
+    assert ref.adam_epsilon == 1e-8
+    # Ten checkpoints about one pass apart, as fairseq's epoch checkpoints.
+    assert ref.checkpoint_every_steps == 60
     assert ref.checkpoint_every_steps * ref.keep_checkpoints <= ref.train_steps
 
 
