@@ -5,7 +5,7 @@
 - `reference_2017`, `reference_2019`: exactly the hyperparameters of
   Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
 - `multi30k`: a model sized for the 29,000 pairs of Multi30k, trained in
-  about 2 hours on 2 CPU cores;
+  about an hour on 2 CPU cores (36-62 min measured);
 - `multi30k_reference`: the published 41.0-BLEU recipe of the same
   architecture (8,000 larger steps, 10 checkpoints averaged; 41.25 in 89
   minutes on a 2-core AVX-512 CPU).

@@ -10,7 +10,7 @@ checkpoints: 41.02 tokenised BLEU on test_2016_flickr. Here one step holds
 about 8,192 padded tokens (the two GPUs' batches), the embeddings start at
 N(0, d^-0.5) as fairseq's do, and a checkpoint is kept every 60 steps
 (about one pass over the training split at this batch), so the average
-spans about the last 10 passes (steps 7,460-8,000), as fairseq's epoch
+spans about the last 10 passes (steps 7,500-8,000), as fairseq's epoch
 checkpoints do. fairseq's attention and activation dropout default to 0;
 its gradient clipping at norm 25 (which a converging run does not reach)
 and its early stopping (`--patience 10`) are not reproduced.
