@@ -294,23 +294,6 @@ def _check_overrides(values):
     return True
 
 
-@flags.multi_flags_validator(["strategy", "tpu", "mixed_precision"])
-def _check_strategy(values):
-    if (values["strategy"] == "tpu") != bool(values["tpu"]):
-        raise flags.ValidationError(
-            "--tpu is required with --strategy=tpu and only there."
-        )
-    if (
-        values["strategy"] == "tpu"
-        and values["mixed_precision"] == "mixed_float16"
-    ):
-        raise flags.ValidationError(
-            "TPUs do not compute in float16: use "
-            "--mixed_precision=mixed_bfloat16 with --strategy=tpu."
-        )
-    return True
-
-
 @flags.multi_flags_validator(
     ["dataset", "source_language", "target_language", "data_dir", "manual_dir"]
 )
@@ -331,6 +314,9 @@ def _check_dataset(values):
 @flags.multi_flags_validator(
     [
         "mode",
+        "strategy",
+        "tpu",
+        "mixed_precision",
         "export_dir",
         "overwrite_export",
         "export_format",
@@ -339,37 +325,11 @@ def _check_dataset(values):
         "train_epochs",
     ]
 )
-def _check_mode(values):
-    export_flags = [
-        f"--{n}"
-        for n in ("export_dir", "overwrite_export", "ctranslate2_quantization")
-        if values[n]
-    ]
-    if values["export_format"] != commands.SAVED_MODEL:
-        export_flags.append(f"--export_format={values['export_format']}")
-    if export_flags and values["mode"] not in commands.EXPORT_MODES:
-        raise flags.ValidationError(
-            f"{', '.join(export_flags)} only apply with --mode=export or "
-            "--mode=all."
-        )
-    if (
-        values["ctranslate2_quantization"]
-        and values["export_format"] != commands.CTRANSLATE2
-    ):
-        raise flags.ValidationError(
-            "--ctranslate2_quantization only applies with "
-            "--export_format=ctranslate2."
-        )
-    training_flags = [
-        f"--{n}"
-        for n in ("train_steps", "train_epochs")
-        if values[n] is not None
-    ]
-    if training_flags and values["mode"] not in commands.TRAINING_MODES:
-        raise flags.ValidationError(
-            f"{', '.join(training_flags)} only apply with --mode=train or "
-            "--mode=all."
-        )
+def _check_combination(values):
+    try:
+        commands.check_flag_combination(values)
+    except errors.UsageError as error:
+        raise flags.ValidationError(str(error))
     return True
 
 
@@ -406,12 +366,11 @@ def requested_hparams(directory):
     return config.parse_overrides(base, FLAGS.hparams_overrides)
 
 
-def _fail(error, status=1):
-    """Ends the program with one line naming what went wrong."""
-    message = f"Error: {errors.describe(error)}"
+def _fail(line, status):
+    """Ends the program with the one line naming what went wrong."""
     if status == 1:
-        sys.exit(message)
-    print(message, file=sys.stderr)
+        sys.exit(line)
+    print(line, file=sys.stderr)
     sys.exit(status)
 
 
@@ -432,27 +391,14 @@ def main(argv):
     except Exception as error:  # noqa: BLE001 (the boundary)
         if FLAGS.debug or FLAGS.verbosity >= 1:
             raise
-        if isinstance(
-            error, (tensorflow.errors.ResourceExhaustedError, MemoryError)
-        ):
-            # Outside the modes' own guards (`commands`): say it plainly.
-            error = errors.out_of_memory(
+        _fail(
+            *errors.command_line_failure(
                 error,
                 f"running --mode={FLAGS.mode}",
-                "lower the hparams' "
-                "tokens_per_batch or max_train_length, or free memory",
+                "lower the hparams' tokens_per_batch or max_train_length, "
+                "or free memory",
+                expected=(training.NonFiniteLossError, run_dir.ModelDirInUse),
             )
-        if isinstance(error, errors.UsageError):
-            _fail(error, 2)
-        if isinstance(
-            error,
-            errors.EXPECTED
-            + (training.NonFiniteLossError, run_dir.ModelDirInUse),
-        ):
-            _fail(error)
-        _fail(
-            f"unexpected {type(error).__name__}: {errors.describe(error)} "
-            "(rerun with --debug for the traceback)"
         )
 
 

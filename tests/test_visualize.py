@@ -193,6 +193,25 @@ def test_cli_as_a_program(trained, tmp_path):
     )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "valid: 0-1" in bad.stderr and not (tmp_path / "b").exists()
+    # A vocabulary that TensorFlow cannot read (here a directory where
+    # spm.model should be: its own FailedPreconditionError) is one line
+    # too, not a traceback.
+    import shutil
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(model_dir, corrupt)
+    (corrupt / "spm.model").unlink()
+    (corrupt / "spm.model").mkdir()
+    broken = subprocess.run(
+        [command[0], "-m", "tfattn.visualize", f"--model_dir={corrupt}",
+         "--text=315", f"--output_dir={tmp_path / 'c'}"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=REPO,
+    )
+    assert broken.returncode == 1, broken.stderr[-2000:]
+    assert "Traceback" not in broken.stderr
+    assert re.search(r"^Error: .*spm.model; Is a directory$", broken.stderr,
+                     re.M)
+    assert not (tmp_path / "c").exists()
 
 
 @pytest.mark.slow

@@ -77,6 +77,44 @@ class Command:
     progress_bar: bool = True
 
 
+def check_flag_combination(values):
+    """Raises `errors.UsageError` for flags that cannot work together.
+
+    Args:
+        values: dict of `train.py`'s flag values by name (those of
+            `Command`, as given on the command line): the mode, strategy,
+            tpu, mixed_precision, export and training-length flags.
+    """
+    if (values["strategy"] == "tpu") != bool(values["tpu"]):
+        raise errors.UsageError(
+            "--tpu is required with --strategy=tpu and only there.")
+    if (values["strategy"] == "tpu"
+            and values["mixed_precision"] == "mixed_float16"):
+        raise errors.UsageError(
+            "TPUs do not compute in float16: use "
+            "--mixed_precision=mixed_bfloat16 with --strategy=tpu.")
+    export_flags = [f"--{name}" for name in
+                    ("export_dir", "overwrite_export",
+                     "ctranslate2_quantization") if values[name]]
+    if values["export_format"] != SAVED_MODEL:
+        export_flags.append(f"--export_format={values['export_format']}")
+    if export_flags and values["mode"] not in EXPORT_MODES:
+        raise errors.UsageError(
+            f"{', '.join(export_flags)} only apply with --mode=export or "
+            "--mode=all.")
+    if (values["ctranslate2_quantization"]
+            and values["export_format"] != CTRANSLATE2):
+        raise errors.UsageError(
+            "--ctranslate2_quantization only applies with "
+            "--export_format=ctranslate2.")
+    training_flags = [f"--{name}" for name in ("train_steps", "train_epochs")
+                      if values[name] is not None]
+    if training_flags and values["mode"] not in TRAINING_MODES:
+        raise errors.UsageError(
+            f"{', '.join(training_flags)} only apply with --mode=train or "
+            "--mode=all.")
+
+
 def decoding_settings(command):
     """(decoding keyword arguments, checkpoints to average) of eval and
     export: the saved hparams' with the overrides applied (decoding fields

@@ -87,3 +87,28 @@ def describe(error):
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + f"... ({len(text):,} characters)"
     return text
+
+
+def command_line_failure(error, doing, memory_advice, expected=()):
+    """How a command line ends on `error`: (the `Error: ...` line, status).
+
+    The one boundary of `train.py` and `python -m tfattn.visualize`: running
+    out of memory becomes `OutOfMemory` (what was running, the tensor, what
+    to lower); a `UsageError` exits 2; the expected failures (`EXPECTED`,
+    and the command's own `expected` types) exit 1 with their line; any
+    other exception is a bug, named as such, with how to see its traceback.
+
+    Args:
+        error: the exception that reached the boundary.
+        doing: str. What was running, e.g. "running --mode=train".
+        memory_advice: str. What to lower when memory ran out.
+        expected: tuple of further exception types that are bad input.
+    """
+    if isinstance(error, (tf.errors.ResourceExhaustedError, MemoryError)):
+        error = out_of_memory(error, doing, memory_advice)
+    if isinstance(error, UsageError):
+        return f"Error: {describe(error)}", 2
+    if isinstance(error, EXPECTED + tuple(expected)):
+        return f"Error: {describe(error)}", 1
+    return (f"Error: unexpected {type(error).__name__}: {describe(error)} "
+            "(rerun with --debug for the traceback)", 1)

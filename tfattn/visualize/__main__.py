@@ -9,15 +9,15 @@ selected heads of each selected layer, in a grid) and OUT/scores.npz (the
 selected weights, `{kind}_{layer}` arrays [H, T_q, T_k], and the tokens),
 and prints the translation and the files. It reads the hparams, vocabulary
 and latest checkpoint that `train.py` left in --model_dir, and decodes as
-those hparams say. Bad input ends with one line (exit status 1), and
-nothing is written.
+those hparams say. Bad input (a missing or corrupt model directory, bad
+indices, an unwritable --output_dir) ends with one line (exit status 1; 2
+for stray arguments), and nothing is written; --debug shows the traceback.
 """
 
 import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from tfattn.visualize.cli import run
 
@@ -29,20 +29,29 @@ flags.DEFINE_string("heads", "all", 'Heads to draw: "all" or "0,1,...".')
 flags.DEFINE_integer("average_checkpoints", 1,
                      "Use the average of the last N checkpoints.",
                      lower_bound=1)
+flags.DEFINE_bool("debug", False,
+                  "On an error, show the Python traceback instead of one line.")
 flags.mark_flags_as_required(["model_dir", "text", "output_dir"])
 FLAGS = flags.FLAGS
 
 
 def main(argv):
-    if len(argv) > 1:
-        sys.exit(f"Error: unexpected arguments: {' '.join(argv[1:])}")
+    from tfattn import errors
+
     try:
+        if len(argv) > 1:
+            raise errors.UsageError(
+                f"unexpected arguments: {' '.join(argv[1:])}")
         maps, paths = run(FLAGS.model_dir, FLAGS.text, FLAGS.output_dir,
                           FLAGS.layers, FLAGS.heads,
                           FLAGS.average_checkpoints)
-    except (ValueError, FileNotFoundError, ImportError) as error:
-        logging.error("%s", error)
-        sys.exit(f"Error: {error}")
+    except Exception as error:  # noqa: BLE001 (the boundary)
+        if FLAGS.debug:
+            raise
+        line, status = errors.command_line_failure(
+            error, "drawing the attention", "give a shorter --text")
+        print(line, file=sys.stderr)
+        sys.exit(status)
     print(f"Translation: {maps.translation}")
     for path in paths:
         print(f"Wrote {path}")
