@@ -178,7 +178,7 @@ def matmul_floor(args):
     return floor
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=64)
@@ -194,14 +194,20 @@ def main():
         action="store_false",
         help="Run the cached searches without XLA.",
     )
-    args = parser.parse_args()
-    model, source = build_model(args)
-    steps, batch = args.steps, args.batch
-    start_ids = tf.fill([batch], tfattn.models.transformer.BOS_ID)
+    return parser.parse_args()
+
+
+def cached_search(model, source, args):
+    """`search(beam_size)`: the encoder, then `model.decode_step` with its
+    key/value cache through `greedy_search` (beam size 1) or `beam_search`
+    (alpha 0.6), in one function (XLA unless `--no_jit`), `--steps` tokens
+    per row; returns the search's (ids, scores), ids (batch, steps)."""
+    steps = args.steps
+    start_ids = tf.fill([args.batch], tfattn.models.transformer.BOS_ID)
     no_eos = args.vocab
 
     @tf.function(jit_compile=args.jit)
-    def cached(beam_size):
+    def search(beam_size):
         memory, keep = model.encode(source, training=False)
         cache = model.init_decode_cache(memory, keep, steps)
         if beam_size == 1:
@@ -217,6 +223,16 @@ def main():
             beam_size=beam_size,
             alpha=0.6,
         )
+
+    return search
+
+
+def full_rerun(model, source, args):
+    """Greedy without a cache: at each position the whole decoder on the
+    fixed-size prefix buffer, in one XLA while-loop; returns (ids,), ids
+    (batch, steps)."""
+    steps, batch = args.steps, args.batch
+    start_ids = tf.fill([batch], tfattn.models.transformer.BOS_ID)
 
     @tf.function(jit_compile=True)
     def rerun():
@@ -243,30 +259,20 @@ def main():
         _, buffer = tf.while_loop(lambda t, b: t < steps, body, (0, buffer))
         return (buffer[:, 1:],)
 
-    params = model.count_params()
-    print(
-        f"model: {args.layers}+{args.layers} layers, width {args.units}, "
-        f"{params / 1e6:.1f}M parameters; batch {batch}, {steps} tokens per "
-        f"row, "
-        f"best of {args.rounds}, interleaved round by round"
-    )
-    timings = best_times(
-        {
-            "rerun": rerun,
-            "greedy": lambda: cached(1),
-            "beam": lambda: cached(4),
-            "hub": keras_hub_greedy(args, source),
-            "floor": matmul_floor(args),
-        },
-        args.rounds,
-    )
+    return rerun
+
+
+def report(args, timings):
+    """Prints tokens/s of each row of `timings` ({name: Timing}) and the
+    ratios between them."""
     t_rerun, t_greedy, t_beam, t_hub, t_floor = (
-        t.seconds for t in timings.values()
+        timings[name].seconds
+        for name in ("rerun", "greedy", "beam", "hub", "floor")
     )
     same = np.array_equal(
         timings["rerun"].output[0], timings["greedy"].output[0]
     )
-    tokens = batch * steps
+    tokens = args.batch * args.steps
     print(f"{'method':18} {'tokens/s':>9} {'vs rerun':>9}")
     for name, seconds in (
         ("rerun", t_rerun),
@@ -288,6 +294,30 @@ def main():
         f"{t_hub / t_floor:.2f}x keras-hub's greedy, the most any "
         f"implementation could reach here"
     )
+
+
+def main():
+    args = parse_args()
+    model, source = build_model(args)
+    cached = cached_search(model, source, args)
+    rerun = full_rerun(model, source, args)
+    params = model.count_params()
+    print(
+        f"model: {args.layers}+{args.layers} layers, width {args.units}, "
+        f"{params / 1e6:.1f}M parameters; batch {args.batch}, {args.steps} "
+        f"tokens per row, best of {args.rounds}, interleaved round by round"
+    )
+    timings = best_times(
+        {
+            "rerun": rerun,
+            "greedy": lambda: cached(1),
+            "beam": lambda: cached(4),
+            "hub": keras_hub_greedy(args, source),
+            "floor": matmul_floor(args),
+        },
+        args.rounds,
+    )
+    report(args, timings)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ vocabulary `spm.model` of a trained `--model_dir`), and reports:
 """
 
 import argparse
+import collections
 import functools
 import os
 
@@ -69,7 +70,14 @@ def padding(batches):
     return {k: float(np.mean(v)) for k, v in stats.items()}
 
 
-def main():
+# One setting, traced and ready to time: its overrides string, padding()
+# of its batches, its trainer and the endless iterator its steps read.
+Setting = collections.namedtuple(
+    "Setting", ["overrides", "stats", "trainer", "iterator"]
+)
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model_dir",
@@ -90,15 +98,46 @@ def main():
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def repeating_iterator(batches):
+    """An endless iterator over `batches`, NumPy (features, labels) pairs,
+    through tf.data, as `train_step` reads its batches."""
+    return iter(
+        tf.data.Dataset.from_generator(
+            lambda b=batches: iter(b),
+            output_signature=tf.nest.map_structure(
+                lambda x: tf.TensorSpec([None] * x.ndim, tf.as_dtype(x.dtype)),
+                batches[0],
+            ),
+        ).repeat()
+    )
+
+
+def traced_setting(overrides, hp, batches, vocab_size, steps):
+    """The Setting of `hp` (parsed from `overrides`): a trainer (seed 0)
+    whose step is traced on the first `steps` of `batches`, which its
+    iterator repeats."""
+    keras.utils.set_random_seed(0)
+    trainer = training.build_trainer(
+        tf.distribute.get_strategy(), hp, vocab_size, seed=0
+    )
+    iterator = repeating_iterator(batches[:steps])
+    for _ in range(2):  # Trace first.
+        trainer.train_step(iterator)
+    return Setting(overrides, padding(batches), trainer, iterator)
+
+
+def prepare_settings(args):
+    """{"before": Setting, "after": Setting}, each over `--batches` real
+    Multi30k training batches."""
     spec = sources.parse_dataset_spec(
         "multi30k", data_dir=args.data_dir, manual_dir=args.manual_dir
     )
     with open(os.path.join(args.model_dir, "spm.model"), "rb") as f:
         tokenizer = SubwordTokenizer(f.read())
     base = hparams.get(args.hparams)
-    settings = {}
     setups = [
         (name, overrides, config.parse_overrides(base, overrides))
         for name, overrides in (("before", args.before), ("after", args.after))
@@ -110,38 +149,17 @@ def main():
         name: batches_of(hp, tokenizer, spec, args.batches)
         for name, _, hp in setups
     }
-    for name, overrides, hp in setups:
-        batches = read[name]
-        keras.utils.set_random_seed(0)
-        trainer = training.build_trainer(
-            tf.distribute.get_strategy(), hp, tokenizer.vocab_size, seed=0
+    return {
+        name: traced_setting(
+            overrides, hp, read[name], tokenizer.vocab_size, args.steps
         )
-        timed = batches[: args.steps]
-        iterator = iter(
-            tf.data.Dataset.from_generator(
-                lambda b=timed: iter(b),
-                output_signature=tf.nest.map_structure(
-                    lambda x: tf.TensorSpec(
-                        [None] * x.ndim, tf.as_dtype(x.dtype)
-                    ),
-                    timed[0],
-                ),
-            ).repeat()
-        )
-        for _ in range(2):  # Trace first.
-            trainer.train_step(iterator)
-        settings[name] = (overrides, padding(batches), trainer, iterator)
+        for name, overrides, hp in setups
+    }
 
-    timings = best_times(
-        {
-            name: functools.partial(
-                run_train_steps, trainer.train_step, iterator, args.steps
-            )
-            for name, (_, _, trainer, iterator) in settings.items()
-        },
-        args.rounds,
-        warmup=0,  # traced above
-    )
+
+def report(args, settings, timings):
+    """Prints each setting's padding and training speed from `timings`
+    ({name: Timing(seconds, (target tokens, loss))}) and the speed ratio."""
     best = {name: t.seconds for name, t in timings.items()}
     tokens = {name: t.output[0] for name, t in timings.items()}
     print(
@@ -152,10 +170,12 @@ def main():
         f"{'setting':8} {'overrides':28} {'pairs':>6} {'tgt tok':>8} "
         f"{'src pad':>8} {'tgt pad':>8} {'ms/step':>8} {'tok/s':>7}"
     )
-    for name, (overrides, stats, _, _) in settings.items():
+    for name, setting in settings.items():
+        stats = setting.stats
         speed = tokens[name] / best[name]
         print(
-            f"{name:8} {overrides or '(the set)':28} {stats['pairs']:6.0f} "
+            f"{name:8} {setting.overrides or '(the set)':28} "
+            f"{stats['pairs']:6.0f} "
             f"{stats['target_tokens']:8.0f} "
             f"{1 - stats['source_tokens'] / stats['source_slots']:8.1%} "
             f"{1 - stats['target_tokens'] / stats['target_slots']:8.1%} "
@@ -165,6 +185,25 @@ def main():
         tokens["before"] / best["before"]
     )
     print(f"after / before tokens/s: {ratio:.2f}")
+
+
+def main():
+    args = parse_args()
+    settings = prepare_settings(args)
+    timings = best_times(
+        {
+            name: functools.partial(
+                run_train_steps,
+                setting.trainer.train_step,
+                setting.iterator,
+                args.steps,
+            )
+            for name, setting in settings.items()
+        },
+        args.rounds,
+        warmup=0,  # traced in traced_setting
+    )
+    report(args, settings, timings)
 
 
 if __name__ == "__main__":

@@ -28,79 +28,96 @@ TARGET_IN = np.array([[2, 5, 6, 9, 0], [2, 4, 7, 7, 10]], "int32")
 v1 = tf.compat.v1
 
 
-def _write(directory, flavor, num_layers=N, extra=None):
-    """A checkpoint as the referenced code's graph names it; returns its
-    prefix and {name: array} of the model's variables."""
-    rng = np.random.default_rng(0 if flavor == "reference_2017" else 1)
-    old = flavor == "reference_2017"
+class _ReferenceVariables:
+    """Creates the referenced code's variables in the default TF1 graph,
+    under its scopes and in its order, with random values (a generator
+    seeded by `flavor`)."""
 
-    def value(shape):
-        return (0.4 * rng.normal(size=shape)).astype("float32")
+    def __init__(self, flavor):
+        self.old = flavor == "reference_2017"
+        self.rng = np.random.default_rng(0 if self.old else 1)
 
-    def get(name, shape):
-        return v1.get_variable(name, initializer=value(shape))
+    def value(self, shape):
+        return (0.4 * self.rng.normal(size=shape)).astype("float32")
 
-    def dense(n_in, n_out, kind="dense"):
+    def get(self, name, shape):
+        return v1.get_variable(name, initializer=self.value(shape))
+
+    def dense(self, n_in, n_out, kind="dense"):
         with v1.variable_scope(None, default_name=kind):
-            get(
+            self.get(
                 "kernel",
                 (1, n_in, n_out) if kind == "conv1d" else (n_in, n_out),
             )
-            get("bias", (n_out,))
+            self.get("bias", (n_out,))
 
-    def norm():
+    def norm(self):
         with v1.variable_scope("ln"):
-            if old:  # G1 `normalize`: tf.Variable(zeros), tf.Variable(ones)
-                v1.Variable(value((C,)))
-                v1.Variable(value((C,)))
+            if self.old:
+                # G1 `normalize`: tf.Variable(zeros), tf.Variable(ones)
+                v1.Variable(self.value((C,)))
+                v1.Variable(self.value((C,)))
             else:
-                get("beta", (C,))
-                get("gamma", (C,))
+                self.get("beta", (C,))
+                self.get("gamma", (C,))
 
-    def attention(scope):
+    def attention(self, scope):
         with v1.variable_scope(scope):
             for _ in range(3):
-                dense(C, C)
-            norm()
+                self.dense(C, C)
+            self.norm()
 
-    def feed_forward(scope):
+    def feed_forward(self, scope):
         with v1.variable_scope(scope):
-            dense(C, F, "conv1d" if old else "dense")
-            dense(F, C, "conv1d" if old else "dense")
-            norm()
+            self.dense(C, F, "conv1d" if self.old else "dense")
+            self.dense(F, C, "conv1d" if self.old else "dense")
+            self.norm()
 
+    def stack(self, stack, num_layers):
+        """`stack` ("encoder" or "decoder"): its embeddings (2017) and
+        `num_layers` blocks."""
+        with v1.variable_scope(stack):
+            if self.old:
+                short = stack[:3]
+                with v1.variable_scope(f"{short}_embed"):
+                    self.get(
+                        "lookup_table",
+                        (V if stack == "encoder" else V_TGT, C),
+                    )
+                with v1.variable_scope(f"{short}_pe"):
+                    self.get("lookup_table", (MAXLEN, C))
+            for i in range(num_layers):
+                with v1.variable_scope(f"num_blocks_{i}"):
+                    if stack == "encoder":
+                        self.attention("multihead_attention")
+                    else:
+                        self.attention("self_attention")
+                        self.attention("vanilla_attention")
+                    self.feed_forward(
+                        "multihead_attention"
+                        if self.old
+                        else "positionwise_feedforward"
+                    )
+
+    def model(self, num_layers, extra=None):
+        """The whole model, then `extra` ({name: shape}) at the top."""
+        if not self.old:
+            with v1.variable_scope("shared_weight_matrix"):
+                self.get("weight_mat", (V, C))
+        for stack in ("encoder", "decoder"):
+            self.stack(stack, num_layers)
+        if self.old:
+            self.dense(C, V_TGT)
+        for name, shape in (extra or {}).items():
+            self.get(name, shape)
+
+
+def _write(directory, flavor, num_layers=N, extra=None):
+    """A checkpoint as the referenced code's graph names it; returns its
+    prefix and {name: array} of the model's variables."""
     graph = tf.Graph()
     with graph.as_default():
-        if not old:
-            with v1.variable_scope("shared_weight_matrix"):
-                get("weight_mat", (V, C))
-        for stack in ("encoder", "decoder"):
-            with v1.variable_scope(stack):
-                if old:
-                    short = stack[:3]
-                    with v1.variable_scope(f"{short}_embed"):
-                        get(
-                            "lookup_table",
-                            (V if stack == "encoder" else V_TGT, C),
-                        )
-                    with v1.variable_scope(f"{short}_pe"):
-                        get("lookup_table", (MAXLEN, C))
-                for i in range(num_layers):
-                    with v1.variable_scope(f"num_blocks_{i}"):
-                        if stack == "encoder":
-                            attention("multihead_attention")
-                        else:
-                            attention("self_attention")
-                            attention("vanilla_attention")
-                        feed_forward(
-                            "multihead_attention"
-                            if old
-                            else "positionwise_feedforward"
-                        )
-        if old:
-            dense(C, V_TGT)
-        for name, shape in (extra or {}).items():
-            get(name, shape)
+        _ReferenceVariables(flavor).model(num_layers, extra)
         model_vars = v1.global_variables()
         loss = tf.add_n([tf.reduce_sum(tf.square(v)) for v in model_vars])
         v1.train.AdamOptimizer().minimize(
