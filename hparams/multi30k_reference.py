@@ -15,10 +15,12 @@ checkpoints do. fairseq's attention and activation dropout default to 0;
 its gradient clipping at norm 25 (which a converging run does not reach)
 and its early stopping (`--patience 10`) are not reproduced.
 
-Measured (bench/README.md, run P1, seed 0, en->de, bfloat16, a 2-core
-AVX-512 BF16 AMD EPYC): 41.25 tokenised BLEU on test_2016_flickr, 40.54 on
-val (the average of 10 checkpoints: +0.9 over the last one alone), 89
-minutes in all at about 12,000 target tokens/s, about 60M target tokens.
+Measured (bench/README.md, runs P1 and P2, seeds 0 and 1, en->de,
+bfloat16, a 2-core AVX-512 BF16 AMD EPYC): 41.25 and 39.99 tokenised BLEU
+on test_2016_flickr (mean 40.62), 40.54 and 40.56 on val (the average of
+10 checkpoints: +0.9 over the last one alone; the `multi30k` set: 39.87 on
+val), 89 minutes in all on a quiet machine at about 12,000 target
+tokens/s, about 60M target tokens.
 """
 
 import dataclasses

@@ -113,6 +113,14 @@ def plot_curve(log_dir, path, tags=("validation_bleu", "loss"), title=None):
                 "top", functions=(
                     lambda s, st=steps, m=minutes: np.interp(s, st, m),
                     lambda m, st=steps, mm=minutes: np.interp(m, mm, st)))
+            # Outside the logged steps the mapping is clamped, so ticks
+            # there would pile up on the last label: keep the ones inside.
+            from matplotlib.ticker import MaxNLocator
+
+            top.set_xticks([
+                tick for tick in MaxNLocator(6).tick_values(
+                    minutes[0], minutes[-1])
+                if minutes[0] <= tick <= minutes[-1]])
             top.set_xlabel("minutes")
     if title:
         figure.suptitle(title)
