@@ -19,6 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
+from tfattn import errors
 from tfattn.visualize.cli import run
 
 flags.DEFINE_string("model_dir", None, "A model directory train.py trained.")
@@ -36,8 +37,6 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from tfattn import errors
-
     try:
         if len(argv) > 1:
             raise errors.UsageError(

@@ -88,6 +88,7 @@ def plot_curve(log_dir, path, tags=("validation_bleu", "loss"), title=None):
             lists the scalars that the files hold).
     """
     figure_cls, canvas_cls = require_matplotlib()
+    from matplotlib.ticker import MaxNLocator
     if isinstance(tags, str) or not tags:
         raise invalid_argument("tags", "a non-empty list of str", tags,
                                _CONTEXT)
@@ -115,8 +116,6 @@ def plot_curve(log_dir, path, tags=("validation_bleu", "loss"), title=None):
                     lambda m, st=steps, mm=minutes: np.interp(m, mm, st)))
             # Outside the logged steps the mapping is clamped, so ticks
             # there would pile up on the last label: keep the ones inside.
-            from matplotlib.ticker import MaxNLocator
-
             top.set_xticks([
                 tick for tick in MaxNLocator(6).tick_values(
                     minutes[0], minutes[-1])
