@@ -15,14 +15,23 @@
 - `square matmul`: one [N, N]·[N, N] product in the same dtype, for what the
   machine's matmuls reach at a friendly size.
 
+`--policies` takes `float32`, `mixed_bfloat16` and `bfloat16_matmuls`, a
+prototype measured here only (`matmul_layers_in_bfloat16`): a float32 model
+whose projections alone compute in bfloat16, to see what keeping the
+element-wise work in float32 would buy on a CPU without AMX. Its floor is
+the bfloat16 one.
+
 The three are timed round by round in turn (best of `--rounds` each), so
 that the share compares them under the same load.
 
     python bench/training_floor.py                         # multi30k, 128 x 32
     python bench/training_floor.py --hparams=base --rows=64 --length=32
+    python bench/training_floor.py --hparams=multi30k_reference --rows=256 \
+        --policies=float32,mixed_bfloat16,bfloat16_matmuls
 """
 
 import argparse
+import contextlib
 import os
 
 import _repo  # noqa: F401  (puts the repository root on sys.path)
@@ -34,7 +43,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hparams  # noqa: E402
+import keras  # noqa: E402
 from tfattn import training  # noqa: E402
+from tfattn.layers import token_embedding  # noqa: E402
 from _timing import best_times  # noqa: E402
 
 
@@ -80,18 +91,48 @@ def floor_function(products, dtype):
     return floor
 
 
+@contextlib.contextmanager
+def matmul_layers_in_bfloat16():
+    """A prototype, not a tfattn policy: every `keras.layers.Dense` and the
+    token embedding (lookup and tied output projection) built inside runs
+    under `mixed_bfloat16`, everything else under float32. Keras casts each
+    layer's inputs to its own compute dtype, so the layer norms, softmax,
+    dropout, residuals and loss stay float32 and only the projections'
+    matmuls (and their bias adds) run in bfloat16. The heads' score and
+    value products stay float32."""
+    patched = (keras.layers.Dense, token_embedding.TokenEmbedding)
+    originals = [cls.__init__ for cls in patched]
+
+    def forcing(original):
+        def init(self, *args, **kwargs):
+            kwargs["dtype"] = "mixed_bfloat16"
+            original(self, *args, **kwargs)
+        return init
+
+    for cls, original in zip(patched, originals):
+        cls.__init__ = forcing(original)
+    try:
+        yield
+    finally:
+        for cls, original in zip(patched, originals):
+            cls.__init__ = original
+
+
 def tfattn_step(hp, rows, length, policy):
     rng = np.random.default_rng(0)
     ids = rng.integers(4, hp.vocab_size, (3, rows, length)).astype("int32")
     ids[1, :, 0] = 2
     batch = ({"source": ids[0], "target_in": ids[1]}, ids[2])
-    step = training.build_trainer(
-        tf.distribute.get_strategy(),
-        hp,
-        hp.vocab_size,
-        seed=0,
-        mixed_precision=None if policy == "float32" else policy,
-    ).train_step
+    prototype = policy == "bfloat16_matmuls"
+    scope = matmul_layers_in_bfloat16() if prototype else contextlib.nullcontext()
+    with scope:
+        step = training.build_trainer(
+            tf.distribute.get_strategy(),
+            hp,
+            hp.vocab_size,
+            seed=0,
+            mixed_precision=None if policy == "float32" or prototype else policy,
+        ).train_step
     iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
     return lambda: step(iterator)[0]
 

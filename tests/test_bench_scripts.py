@@ -118,3 +118,29 @@ def test_best_times_interleaves_rounds_and_fetches_outputs(monkeypatch):
     assert len(counted) == 6 and timings["c"].output == 7
     with pytest.raises(ValueError, match="got 0 and 1"):
         best_times({"c": lambda: 0}, rounds=0)
+
+
+def test_training_floor_prototype_puts_only_the_projections_in_bfloat16(
+        monkeypatch):
+    """bench/training_floor.py's `bfloat16_matmuls` row: inside the scope
+    Dense and the token embedding compute in bfloat16 with float32 weights,
+    a layer norm stays float32, and Dense is itself again afterwards."""
+    monkeypatch.syspath_prepend(REPO)
+    monkeypatch.syspath_prepend(BENCH)
+    import keras
+    from training_floor import matmul_layers_in_bfloat16
+
+    from tfattn.layers import LayerNormalization
+    from tfattn.layers import TokenEmbedding
+
+    with matmul_layers_in_bfloat16():
+        dense = keras.layers.Dense(4)
+        embedding = TokenEmbedding(vocab_size=8, num_units=4)
+        norm = LayerNormalization()
+    for layer in (dense, embedding):
+        assert (layer.compute_dtype, layer.variable_dtype) == (
+            "bfloat16", "float32")
+    assert norm.compute_dtype == "float32"
+    assert keras.layers.Dense(4).compute_dtype == "float32"
+    output = dense(keras.ops.ones((2, 3)))
+    assert output.dtype == "bfloat16"
