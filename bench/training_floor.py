@@ -124,14 +124,16 @@ def tfattn_step(hp, rows, length, policy):
     ids[1, :, 0] = 2
     batch = ({"source": ids[0], "target_in": ids[1]}, ids[2])
     prototype = policy == "bfloat16_matmuls"
-    scope = matmul_layers_in_bfloat16() if prototype else contextlib.nullcontext()
+    scope = (matmul_layers_in_bfloat16() if prototype
+             else contextlib.nullcontext())
+    keras_policy = None if policy == "float32" or prototype else policy
     with scope:
         step = training.build_trainer(
             tf.distribute.get_strategy(),
             hp,
             hp.vocab_size,
             seed=0,
-            mixed_precision=None if policy == "float32" or prototype else policy,
+            mixed_precision=keras_policy,
         ).train_step
     iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
     return lambda: step(iterator)[0]
