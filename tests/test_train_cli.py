@@ -374,13 +374,16 @@ def _assert_checkpoints_load(model_dir):
             reader.get_tensor(name)
 
 
-def _run_killed(command, log, signum, ready, seconds=None):
+def _run_killed(command, log, signum, ready, seconds=None, pids=None):
     """Starts `command`, sends `signum` once `ready()`, returns the status;
-    `seconds` (a list) receives the time from the signal to the exit."""
+    `seconds` (a list) receives the time from the signal to the exit, `pids`
+    (a list) the process id."""
     with open(log, "w") as out:
         process = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
         )
+    if pids is not None:
+        pids.append(process.pid)
     try:
         _wait_until(ready, process, log)
         process.send_signal(signum)
@@ -411,13 +414,20 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path, caplog):
         "checkpoint_every_steps=5",
         f"--train_steps={KILL_STEPS}",
     )
+    pids = []
     status = _run_killed(
         command,
         tmp_path / "first.log",
         signal.SIGKILL,
         ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)),
+        pids=pids,
     )
     assert status == -signal.SIGKILL
+    # The killed run held the model directory's lock (it could not release
+    # it; the resume below takes it over, as test_model_dir_safety.py's
+    # dead-process test shows in detail).
+    holder = json.loads((model_dir / ".lock").read_text())
+    assert holder["pid"] == pids[0] and "train.py" in holder["command"]
     killed_at = max(_checkpoint_steps(model_dir))
     assert 10 <= killed_at < KILL_STEPS
     _assert_checkpoints_load(model_dir)
