@@ -41,6 +41,7 @@ HPARAMS = HParams(
     adam_beta2=0.98,  # β2 = 0.98.
     adam_epsilon=1e-9,  # ε = 1e-9.
     label_smoothing=0.1,  # ε_ls = 0.1 (§5.4).
+    rdrop_alpha=0.0,  # The paper trains one pass per batch.
     loss_denominator_epsilon=0.0,  # Plain mean over non-pad target tokens.
     train_steps=100_000,  # Base models: 100,000 steps (12 hours on 8 P100).
     train_epochs=None,  # Length given in steps.

@@ -49,6 +49,7 @@ HPARAMS = HParams(
     adam_beta2=0.98,  # beta2 = 0.98.
     adam_epsilon=1e-8,  # epsilon = 1e-8.
     label_smoothing=0.1,  # label_smoothing(epsilon=0.1).
+    rdrop_alpha=0.0,  # The reference trains one pass per batch.
     loss_denominator_epsilon=0.0,  # Σ loss·istarget / Σ istarget.
     train_steps=None,  # Length given in epochs.
     train_epochs=20,  # num_epochs = 20.

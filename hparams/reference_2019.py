@@ -44,6 +44,7 @@ HPARAMS = HParams(
     adam_beta2=0.999,  # beta2 = 0.999,
     adam_epsilon=1e-8,  # epsilon = 1e-8.
     label_smoothing=0.1,  # label_smoothing(inputs, epsilon=0.1).
+    rdrop_alpha=0.0,  # The reference trains one pass per batch.
     loss_denominator_epsilon=1e-7,  # Σ CE·nonpadding / (Σ nonpadding + 1e-7).
     train_steps=None,  # Length given in epochs.
     train_epochs=20,  # --num_epochs 20.

@@ -16,6 +16,7 @@ from tfattn.losses import LabelSmoothedCrossEntropy
 from tfattn.losses import smoothed_cross_entropy
 from tfattn.losses import smoothed_cross_entropy_sum
 from tfattn.losses import smoothed_cross_entropy_sums
+from tfattn.losses import symmetric_kl_sum
 
 B, T, V = 3, 6, 13
 
@@ -415,3 +416,92 @@ def test_rejects_bad_tensors(labels, logits, pattern):
         smoothed_cross_entropy(labels, logits)
     with pytest.raises(ValueError, match=pattern):
         LabelSmoothedCrossEntropy()(labels, logits)
+
+
+# --------------------------------------------------------------------------
+# R-Drop's consistency term.
+
+
+def _kl_numpy(logits_a, logits_b, labels, pad_id=0):
+    """Σ over counted targets of ½[KL(p‖q) + KL(q‖p)], each KL summed
+    term by term as Σ p·log(p/q), in float64."""
+    def log_softmax(z):
+        z = np.asarray(z, np.float64)
+        z = z - z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
+    log_p, log_q = log_softmax(logits_a), log_softmax(logits_b)
+    kl_pq = (np.exp(log_p) * (log_p - log_q)).sum(-1)
+    kl_qp = (np.exp(log_q) * (log_q - log_p)).sum(-1)
+    keep = np.ones(labels.shape) if pad_id is None else labels != pad_id
+    return float((0.5 * (kl_pq + kl_qp) * keep).sum())
+
+
+@pytest.mark.parametrize("pad_id", [0, None])
+def test_symmetric_kl_sum_matches_numpy(pad_id):
+    labels, logits_a = _data(0)
+    _, logits_b = _data(1)
+    got = symmetric_kl_sum(labels, logits_a, logits_b, pad_id=pad_id)
+    want = _kl_numpy(logits_a, logits_b, labels, pad_id)
+    assert got.dtype == "float32" and got.shape == ()
+    assert want > 1.0  # Different logits: a term far from 0.
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
+def test_symmetric_kl_sum_is_zero_for_equal_passes_and_symmetric():
+    labels, logits_a = _data(0)
+    _, logits_b = _data(1)
+    assert float(symmetric_kl_sum(labels, logits_a, logits_a)) == \
+        pytest.approx(0.0, abs=1e-5)
+    np.testing.assert_allclose(
+        float(symmetric_kl_sum(labels, logits_a, logits_b)),
+        float(symmetric_kl_sum(labels, logits_b, logits_a)), rtol=1e-6)
+
+
+def test_symmetric_kl_sum_gradient_matches_numpy():
+    # d/dz_a of ½Σ(p-q)(log p - log q) = ½[p⊙(g - Σp⊙g) + (p - q)], with
+    # g = log p - log q, from the softmax Jacobian; float64 NumPy.
+    labels, logits_a = _data(2, scale=1.0)
+    _, logits_b = _data(3, scale=1.0)
+    a = tf.Variable(logits_a)
+    with tf.GradientTape() as tape:
+        loss = symmetric_kl_sum(labels, a, tf.constant(logits_b))
+    got = tape.gradient(loss, a).numpy()
+    za, zb = logits_a.astype(np.float64), logits_b.astype(np.float64)
+    p = np.exp(za - za.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    q = np.exp(zb - zb.max(-1, keepdims=True))
+    q /= q.sum(-1, keepdims=True)
+    g = np.log(p) - np.log(q)
+    want = 0.5 * (p * (g - (p * g).sum(-1, keepdims=True)) + (p - q))
+    want *= (labels != 0)[..., None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_symmetric_kl_sum_of_bfloat16_logits_is_float32_and_close():
+    labels, logits_a = _data(0)
+    _, logits_b = _data(1)
+    got = symmetric_kl_sum(labels, tf.cast(logits_a, tf.bfloat16),
+                           tf.cast(logits_b, tf.bfloat16))
+    assert got.dtype == "float32"
+    want = _kl_numpy(tf.cast(tf.cast(logits_a, tf.bfloat16), tf.float32),
+                     tf.cast(tf.cast(logits_b, tf.bfloat16), tf.float32),
+                     labels)
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "logits_b, kwargs, pattern",
+    [
+        (np.ones((B, T, V + 1), "float32"), {},
+         r"symmetric_kl_sum.*argument `logits_b`.*shape of `logits_a`, "
+         r"\(3, 6, 13\).*shape \(3, 6, 14\)"),
+        (np.ones((B, T, V), "int32"), {},
+         r"symmetric_kl_sum.*argument `logits_b`.*float tensor.*int32"),
+        (np.ones((B, T, V), "float32"), dict(pad_id=0.5),
+         r"symmetric_kl_sum.*argument `pad_id`.*pad_id=0.5"),
+    ],
+)
+def test_symmetric_kl_sum_rejects_bad_arguments(logits_b, kwargs, pattern):
+    labels, logits_a = _data()
+    with pytest.raises(ValueError, match=pattern):
+        symmetric_kl_sum(labels, logits_a, logits_b, **kwargs)

@@ -122,6 +122,10 @@ class HParams:
     adam_epsilon: float
     # Label smoothing epsilon, spread over the whole vocabulary.
     label_smoothing: float
+    # R-Drop's weight α of the symmetric KL between two dropout passes of
+    # each batch (Liang et al. 2021; fairseq's --reg-alpha); 0 = one pass,
+    # the plain cross-entropy. A step then costs about twice the compute.
+    rdrop_alpha: float
     # Added to the token count that divides the summed loss (2019: 1e-7).
     loss_denominator_epsilon: float
     # Training length in optimizer steps; exactly one of train_steps and
@@ -188,7 +192,7 @@ ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
                     eval_every_steps=0, eval_sentences=200,
                     average_checkpoints=1,
                     tokenizer_normalization="nmt_nfkc",
-                    tokenizer_sampling_alpha=0.0)
+                    tokenizer_sampling_alpha=0.0, rdrop_alpha=0.0)
 
 
 def field_names():
@@ -315,7 +319,7 @@ def _check_ranges(hp):
     for name in ("adam_epsilon", "learning_rate_scale"):
         if not getattr(hp, name) > 0:
             raise _invalid(name, "a float > 0", getattr(hp, name))
-    for name in ("loss_denominator_epsilon", "decode_alpha"):
+    for name in ("loss_denominator_epsilon", "decode_alpha", "rdrop_alpha"):
         if getattr(hp, name) < 0:
             raise _invalid(name, "a float >= 0", getattr(hp, name))
     if hp.eval_every_steps < 0:
@@ -380,7 +384,7 @@ def _check_flavor_layout(hp):
 def _check_limits(hp):
     """Fields bounded by others: the average by the checkpoints kept, the
     training length by the positional table, sampling by the vocabulary's
-    type."""
+    type, R-Drop by dropout."""
     if (hp.tokenizer_sampling_alpha
             and hp.tokenizer_model_type not in ("bpe", "unigram")):
         raise _invalid(
@@ -388,6 +392,12 @@ def _check_limits(hp):
             f"0 with tokenizer_model_type={hp.tokenizer_model_type!r} (only "
             "'bpe' and 'unigram' vocabularies sample segmentations)",
             hp.tokenizer_sampling_alpha)
+    if hp.rdrop_alpha and not (hp.dropout_rate or hp.attention_dropout_rate):
+        raise _invalid(
+            "rdrop_alpha",
+            "0 when dropout_rate and attention_dropout_rate are 0 (R-Drop "
+            "compares two dropout passes; without dropout they are equal)",
+            hp.rdrop_alpha)
     if hp.average_checkpoints > hp.keep_checkpoints:
         raise _invalid("average_checkpoints",
                        f"at most keep_checkpoints={hp.keep_checkpoints}",

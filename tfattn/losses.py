@@ -35,6 +35,7 @@ from keras import ops
 from tfattn import validation
 
 _CONTEXT = "smoothed_cross_entropy"
+_KL_CONTEXT = "symmetric_kl_sum"
 
 
 class LossSums(NamedTuple):
@@ -129,6 +130,49 @@ def smoothed_cross_entropy(
     return _divide(total, count, denominator_epsilon)
 
 
+def symmetric_kl_sum(labels, logits_a, logits_b, pad_id=0):
+    """Σ over the counted targets of ½·[KL(p_a ‖ p_b) + KL(p_b ‖ p_a)].
+
+    The consistency term of R-Drop (Liang et al. 2021): p_a and p_b are the
+    softmax of two forward passes of the same batch under independent
+    dropout masks. Per target token, in the closed form computed here,
+
+        ½·[KL(p_a ‖ p_b) + KL(p_b ‖ p_a)] = ½·Σ_v (p_a - p_b)·(log p_a - log p_b),
+
+    in float32 whatever the logits' dtype; both passes get gradients, as in
+    the paper (neither side is held constant).
+
+    Args:
+        labels: integer tensor [...] (e.g. [B, T]): only which targets
+            count (`!= pad_id`) is read.
+        logits_a: float tensor [..., V], the first pass.
+        logits_b: float tensor of the same shape, the second pass.
+        pad_id: int or None. Targets equal to it are not counted. `None`
+            counts every target. Defaults to `0`.
+
+    Returns:
+        A float32 scalar.
+    """
+    pad_id = _check_pad_id(pad_id, _KL_CONTEXT)
+    labels, logits_a = _check_tensors(labels, logits_a, "logits_a",
+                                      _KL_CONTEXT)
+    labels, logits_b = _check_tensors(labels, logits_b, "logits_b",
+                                      _KL_CONTEXT)
+    if validation.shape_of(logits_a) != validation.shape_of(logits_b):
+        raise validation.invalid_argument(
+            "logits_b", f"a tensor of the shape of `logits_a`, "
+            f"{validation.shape_of(logits_a)}",
+            f"<tensor of shape {validation.shape_of(logits_b)}>", _KL_CONTEXT)
+    log_a = tf.nn.log_softmax(ops.cast(logits_a, "float32"))
+    log_b = tf.nn.log_softmax(ops.cast(logits_b, "float32"))
+    per_token = 0.5 * tf.reduce_sum(
+        (tf.exp(log_a) - tf.exp(log_b)) * (log_a - log_b), axis=-1)
+    if pad_id is None:
+        return tf.reduce_sum(per_token)
+    keep = ops.cast(ops.cast(labels, "int32") != pad_id, "float32")
+    return tf.reduce_sum(per_token * keep)
+
+
 def _divide(total, count, denominator_epsilon):
     if denominator_epsilon:
         return total / (count + denominator_epsilon)
@@ -213,27 +257,27 @@ def _check_epsilon(epsilon):
     return float(epsilon)
 
 
-def _check_pad_id(pad_id):
+def _check_pad_id(pad_id, context=_CONTEXT):
     if pad_id is None:
         return None
     if isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral):
         raise validation.invalid_argument(
-            "pad_id", "an integer or None", pad_id, _CONTEXT
+            "pad_id", "an integer or None", pad_id, context
         )
     return int(pad_id)
 
 
-def _check_tensors(labels, logits):
+def _check_tensors(labels, logits, logits_name="logits", context=_CONTEXT):
     logits = ops.convert_to_tensor(logits)
     labels = ops.convert_to_tensor(labels)
     logits_dtype = keras.backend.standardize_dtype(logits.dtype)
     logits_shape = validation.shape_of(logits)
     if "float" not in logits_dtype or not logits_shape:
         raise validation.invalid_argument(
-            "logits",
+            logits_name,
             "a float tensor of shape [..., V]",
             f"<tensor of dtype {logits_dtype} and shape {logits_shape}>",
-            _CONTEXT,
+            context,
         )
     labels_dtype = keras.backend.standardize_dtype(labels.dtype)
     labels_shape = validation.shape_of(labels)
@@ -247,7 +291,7 @@ def _check_tensors(labels, logits):
             f"an integer tensor of shape {expected}, the logits' shape "
             f"{logits_shape} without the vocabulary axis",
             f"<tensor of dtype {labels_dtype} and shape {labels_shape}>",
-            _CONTEXT,
+            context,
         )
     return labels, logits
 

@@ -130,7 +130,8 @@ def training_memory(hp, vocab_size, rows, length, policy=None):
     with a vocabulary of `vocab_size` pieces, in the Keras dtype `policy`
     (None: float32; see the module docstring)."""
     parameters = count_parameters(hp, vocab_size)
-    tokens = rows * length
+    # R-Drop runs each row twice (one call on the batch stacked twice).
+    tokens = rows * length * (2 if hp.rdrop_alpha else 1)
     activations = (FLOAT_BYTES * tokens * hp.num_layers
                    * activation_floats_per_token(hp, length))
     if policy in ("mixed_bfloat16", "mixed_float16"):

@@ -6,6 +6,11 @@ Every replica divides its summed loss by the *global* number of non-padding
 target tokens (an all-reduce of the label counts), and the optimizer sums
 the replicas' gradients, so N replicas compute exactly the gradient of one
 device holding the whole batch.
+
+What a step minimises is an objective object (`objective_for(hp)`): the
+label-smoothed cross-entropy of one forward pass, or, with
+`hp.rdrop_alpha > 0`, R-Drop's (two passes of the batch under independent
+dropout, their cross-entropies and the symmetric KL between them).
 """
 
 from typing import NamedTuple
@@ -18,6 +23,66 @@ from tfattn.data.tokenizer import PAD_ID
 from tfattn.models import Transformer
 from tfattn.optimization import build_optimizer
 from tfattn.run_dir import build_model
+
+
+class CrossEntropyObjective:
+    """The label-smoothed cross-entropy of one training forward pass.
+
+    `objective(model, inputs, labels)` returns `losses.LossSums` over this
+    replica's batch: the summed loss, the counted targets and the top-1
+    hits (inputs `{'source': [B, S], 'target_in': [B, T]}`, labels [B, T]).
+    """
+
+    def __init__(self, hp):
+        self.label_smoothing = hp.label_smoothing
+
+    def __call__(self, model, inputs, labels):
+        logits = model(inputs, training=True)  # [B, T, V]
+        return self.cross_entropy(labels, logits)
+
+    def cross_entropy(self, labels, logits):
+        return losses.smoothed_cross_entropy_sums(
+            labels, logits, epsilon=self.label_smoothing, pad_id=PAD_ID)
+
+
+class RDropObjective(CrossEntropyObjective):
+    """R-Drop (Liang et al. 2021, fairseq's `examples/rdrop`): the batch
+    goes through the model twice in one call (stacked on the batch axis,
+    so the two copies draw independent dropout masks), and per target token
+
+        loss = ½·(CE_a + CE_b) + (α/2)·½·[KL(p_a ‖ p_b) + KL(p_b ‖ p_a)],
+
+    half the paper's CE_a + CE_b + α·½·[KL + KL] (what fairseq's R-Drop
+    criterion, `--reg-alpha α`, sums and divides by the batch's tokens):
+    the same minimiser, and the same Adam steps up to Adam's ε. The hits
+    are the first copy's. A step costs about twice the compute and the
+    activation memory of the batch alone.
+    """
+
+    def __init__(self, hp):
+        super().__init__(hp)
+        self.alpha = hp.rdrop_alpha
+
+    def __call__(self, model, inputs, labels):
+        doubled = tf.nest.map_structure(
+            lambda x: tf.concat([x, x], axis=0), inputs)
+        logits_a, logits_b = tf.split(
+            model(doubled, training=True), 2, axis=0)  # 2 x [B, T, V]
+        first = self.cross_entropy(labels, logits_a)
+        second = self.cross_entropy(labels, logits_b)
+        consistency = losses.symmetric_kl_sum(labels, logits_a, logits_b,
+                                              pad_id=PAD_ID)
+        return losses.LossSums(
+            0.5 * (first.loss + second.loss) + 0.5 * self.alpha * consistency,
+            first.tokens, first.correct)
+
+
+def objective_for(hp):
+    """The training objective `hp` names: R-Drop's where
+    `hp.rdrop_alpha > 0`, else the plain cross-entropy."""
+    if hp.rdrop_alpha > 0:
+        return RDropObjective(hp)
+    return CrossEntropyObjective(hp)
 
 
 class Trainer(NamedTuple):
@@ -60,12 +125,11 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
     """
     loss_scaling = mixed_precision == "mixed_float16"
     variables = model.trainable_variables
+    objective = objective_for(hp)
 
     def forward_backward(inputs, labels, global_tokens):
         with tf.GradientTape() as tape:
-            logits = model(inputs, training=True)
-            sums = losses.smoothed_cross_entropy_sums(
-                labels, logits, epsilon=hp.label_smoothing, pad_id=PAD_ID)
+            sums = objective(model, inputs, labels)
             # This replica's share of the global mean: replicas' gradients
             # are summed, giving the gradient of the mean over all tokens.
             loss = sums.loss / (global_tokens + hp.loss_denominator_epsilon)
