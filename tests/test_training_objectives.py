@@ -142,10 +142,11 @@ def test_bad_rdrop_alpha_is_refused(overrides, pattern):
         config.parse_overrides(HP, overrides)
 
 
-def test_rdrop_doubles_the_estimated_logits_and_activations():
+def test_rdrop_doubles_the_estimated_batch_and_adds_its_kl_term():
     plain = memory.training_memory(HP, 1000, rows=32, length=20)
     rdrop = memory.training_memory(
         dataclasses.replace(HP, rdrop_alpha=1.0), 1000, rows=32, length=20)
-    assert rdrop.logits == 2 * plain.logits
+    assert rdrop.logits == 2 * plain.logits * (
+        memory.LOGIT_BYTES + memory.KL_LOGIT_BYTES) // memory.LOGIT_BYTES
     assert rdrop.activations == 2 * plain.activations
     assert rdrop.parameter_state == plain.parameter_state

@@ -12,7 +12,8 @@ memory of `train.py`'s training process for one batch of `rows` rows of
   moments, 16 bytes per parameter;
 - the logits and what their loss keeps: the [rows, length, vocabulary]
   logits, their softmax and their gradient in float32, with what the tied
-  projection's gradient adds (`LOGIT_BYTES` per entry);
+  projection's gradient adds (`LOGIT_BYTES` per entry; with R-Drop the
+  batch is stacked twice and its KL term adds `KL_LOGIT_BYTES`);
 - the activations the backward pass keeps, per token and layer: the
   projections, residual sums, dropout masks and layer norms (a multiple of
   `num_units`), the feed-forward hidden layer before and after its
@@ -42,6 +43,10 @@ RUNTIME_BYTES = 900 * 2**20
 STATE_BYTES_PER_PARAMETER = 16
 # Logits, softmax, gradient (float32) and a share of the projection's.
 LOGIT_BYTES = 13
+# R-Drop's KL term keeps each pass's float32 log-softmax and softmax for its
+# gradient: 8 more bytes per entry of the doubled logits (from the graph;
+# not yet measured against a peak RSS).
+KL_LOGIT_BYTES = 8
 FLOAT_BYTES = 4
 # A bfloat16 step's activations / a float32 step's: 0.79 measured for the
 # base set's step on the AMX Xeon (peak RSS 11.0 vs 13.4 GiB).
@@ -132,6 +137,7 @@ def training_memory(hp, vocab_size, rows, length, policy=None):
     parameters = count_parameters(hp, vocab_size)
     # R-Drop runs each row twice (one call on the batch stacked twice).
     tokens = rows * length * (2 if hp.rdrop_alpha else 1)
+    logit_bytes = LOGIT_BYTES + (KL_LOGIT_BYTES if hp.rdrop_alpha else 0)
     activations = (FLOAT_BYTES * tokens * hp.num_layers
                    * activation_floats_per_token(hp, length))
     if policy in ("mixed_bfloat16", "mixed_float16"):
@@ -139,7 +145,7 @@ def training_memory(hp, vocab_size, rows, length, policy=None):
     return MemoryEstimate(
         runtime=RUNTIME_BYTES,
         parameter_state=STATE_BYTES_PER_PARAMETER * parameters,
-        logits=LOGIT_BYTES * tokens * vocab_size, activations=activations,
+        logits=logit_bytes * tokens * vocab_size, activations=activations,
         parameters=parameters, rows=rows, length=length)
 
 
