@@ -421,6 +421,24 @@ def smoothed_cross_entropy(
     return float(np.sum(ce * nonpad) / (np.sum(nonpad) + denom_epsilon))
 
 
+def symmetric_kl_sum(logits_a, logits_b, labels, pad_id=0):
+    """R-Drop's consistency term (Liang et al. 2021): the sum over counted
+    targets (labels != pad_id; every target if pad_id is None) of
+    ½·[KL(p‖q) + KL(q‖p)], p and q the softmax of logits_a and logits_b
+    [..., V], each KL summed term by term as Σ_v p_v·log(p_v / q_v).
+    Float64; returns a Python float."""
+    def log_softmax(z):
+        z = np.asarray(z, np.float64)
+        z = z - z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
+    log_p, log_q = log_softmax(logits_a), log_softmax(logits_b)
+    kl_pq = (np.exp(log_p) * (log_p - log_q)).sum(-1)
+    kl_qp = (np.exp(log_q) * (log_q - log_p)).sum(-1)
+    labels = np.asarray(labels)
+    keep = np.ones(labels.shape) if pad_id is None else labels != pad_id
+    return float((0.5 * (kl_pq + kl_qp) * keep).sum())
+
+
 # ---------------------------------------------------------------------------
 # 1.7 / 2.9 whole models
 # ---------------------------------------------------------------------------

@@ -137,7 +137,8 @@ def symmetric_kl_sum(labels, logits_a, logits_b, pad_id=0):
     softmax of two forward passes of the same batch under independent
     dropout masks. Per target token, in the closed form computed here,
 
-        ½·[KL(p_a ‖ p_b) + KL(p_b ‖ p_a)] = ½·Σ_v (p_a - p_b)·(log p_a - log p_b),
+        ½·[KL(p_a ‖ p_b) + KL(p_b ‖ p_a)]
+            = ½·Σ_v (p_a - p_b)·(log p_a - log p_b),
 
     in float32 whatever the logits' dtype; both passes get gradients, as in
     the paper (neither side is held constant).
