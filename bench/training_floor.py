@@ -22,12 +22,16 @@ element-wise work in float32 would buy on a CPU without AMX. Its floor is
 the bfloat16 one.
 
 The three are timed round by round in turn (best of `--rounds` each), so
-that the share compares them under the same load.
+that the share compares them under the same load. `--hparams_overrides`
+changes the set as train.py's flag does; with `rdrop_alpha` > 0 the step
+runs every row twice (R-Drop), and so does its floor.
 
     python bench/training_floor.py                         # multi30k, 128 x 32
     python bench/training_floor.py --hparams=base --rows=64 --length=32
     python bench/training_floor.py --hparams=multi30k_reference --rows=256 \
         --policies=float32,mixed_bfloat16,bfloat16_matmuls
+    python bench/training_floor.py --hparams=multi30k_reference --rows=128 \
+        --hparams_overrides=rdrop_alpha=1.0
 """
 
 import argparse
@@ -44,6 +48,7 @@ import tensorflow as tf  # noqa: E402
 
 import hparams  # noqa: E402
 import keras  # noqa: E402
+from tfattn import config  # noqa: E402
 from tfattn import training  # noqa: E402
 from tfattn.layers import token_embedding  # noqa: E402
 from _timing import best_times  # noqa: E402
@@ -147,16 +152,21 @@ def main():
     parser.add_argument("--policies", default="float32,mixed_bfloat16")
     parser.add_argument("--square", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--hparams_overrides", default="")
     args = parser.parse_args()
-    hp = hparams.get(args.hparams)
+    hp = config.parse_overrides(hparams.get(args.hparams),
+                                args.hparams_overrides)
+    copies = 2 if hp.rdrop_alpha else 1  # R-Drop: the batch stacked twice.
     products = with_backward(
-        step_matmuls(hp, args.rows, args.length, hp.vocab_size)
+        step_matmuls(hp, copies * args.rows, args.length, hp.vocab_size)
     )
     flops = sum(2 * b * m * k * n for b, m, k, n in products)
     print(
         f"{args.hparams}: {hp.num_layers}+{hp.num_layers} layers, width "
         f"{hp.num_units}, FFN {hp.ffn_units}, vocabulary {hp.vocab_size}; "
-        f"batch {args.rows} x {args.length}; {len(products)} matmuls, "
+        f"batch {args.rows} x {args.length}"
+        f"{' run twice (R-Drop)' if copies == 2 else ''}; "
+        f"{len(products)} matmuls, "
         f"{flops / 1e9:.1f} GFLOP per step; best of {args.rounds}"
     )
     print(

@@ -41,6 +41,11 @@ STEP_ROWS = (
     ("base", "", 209, 128, 32, "float32"),
     ("base", "", 209, 64, 128, "float32"),
     ("base", "", 209, 128, 32, "mixed_bfloat16"),
+    # R-Drop stacks the batch twice and keeps its KL's float32 terms.
+    ("multi30k_reference", "", 10000, 256, 32, "mixed_bfloat16"),
+    ("multi30k_reference", "rdrop_alpha=1.0", 10000, 128, 32,
+     "mixed_bfloat16"),
+    ("multi30k_reference", "rdrop_alpha=1.0", 10000, 128, 32, "float32"),
 )
 
 
@@ -93,10 +98,14 @@ def _peak_of(command):
     return usage.ru_maxrss * 1024, text
 
 
-def step_rows():
+def step_rows(only=None):
+    """The STEP_ROWS whose set name or overrides contain `only` (all for
+    None), measured one by one."""
     from tfattn import memory
 
     for name, overrides, vocab, rows, length, policy in STEP_ROWS:
+        if only and only not in f"{name} {overrides}":
+            continue
         peak, _ = _peak_of(
             [
                 sys.executable,
@@ -194,6 +203,12 @@ def main():
         action="store_true",
         help="Leave out the train.py base runs (with --train_py).",
     )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="Only the step rows whose set or overrides contain this text "
+        "(e.g. multi30k_reference).",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -205,7 +220,7 @@ def main():
         "| run | batch | vocab | policy | peak RSS GiB | estimate GiB "
         "| peak / estimate |\n|---|---|---:|---|---:|---:|---:|"
     )
-    measured = iter(()) if args.skip_steps else step_rows()
+    measured = iter(()) if args.skip_steps else step_rows(args.only)
     if args.train_py:
         measured = itertools.chain(
             measured, train_py_rows(args.manual_dir, args.skip_base)
