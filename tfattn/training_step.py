@@ -46,13 +46,13 @@ class CrossEntropyObjective:
 
 
 class RDropObjective(CrossEntropyObjective):
-    """R-Drop (Liang et al. 2021, fairseq's `examples/rdrop`): the batch
+    """R-Drop (Liang et al. 2021; the authors' fairseq code): the batch
     goes through the model twice in one call (stacked on the batch axis,
     so the two copies draw independent dropout masks), and per target token
 
         loss = ½·(CE_a + CE_b) + (α/2)·½·[KL(p_a ‖ p_b) + KL(p_b ‖ p_a)],
 
-    half the paper's CE_a + CE_b + α·½·[KL + KL] (what fairseq's R-Drop
+    half the paper's CE_a + CE_b + α·½·[KL + KL] (what their R-Drop
     criterion, `--reg-alpha α`, sums and divides by the batch's tokens):
     the same minimiser, and the same Adam steps up to Adam's ε. The hits
     are the first copy's. A step costs about twice the compute and the
