@@ -141,3 +141,6 @@ def test_rdrop_doubles_the_estimated_batch_and_adds_its_kl_term():
         memory.LOGIT_BYTES + memory.KL_LOGIT_BYTES) // memory.LOGIT_BYTES
     assert rdrop.activations == 2 * plain.activations
     assert rdrop.parameter_state == plain.parameter_state
+    assert rdrop.describe().endswith(
+        "for batches of 32 x 20 tokens, each row run twice (R-Drop))")
+    assert plain.describe().endswith("for batches of 32 x 20 tokens)")

@@ -69,6 +69,8 @@ class MemoryEstimate:
     parameters: int
     rows: int
     length: int
+    # How often the step runs each row: 2 under R-Drop.
+    copies: int = 1
 
     @property
     def total(self):
@@ -87,7 +89,9 @@ class MemoryEstimate:
         return (f"weights, gradients and Adam {gib(self.parameter_state)}, "
                 f"logits {gib(self.logits)}, activations "
                 f"{gib(self.activations)}, runtime {gib(self.runtime)} GiB, "
-                f"for batches of {self.rows:,} x {self.length} tokens")
+                f"for batches of {self.rows:,} x {self.length} tokens"
+                + (", each row run twice (R-Drop)" if self.copies == 2
+                   else ""))
 
 
 def count_parameters(hp, vocab_size):
@@ -136,7 +140,8 @@ def training_memory(hp, vocab_size, rows, length, policy=None):
     (None: float32; see the module docstring)."""
     parameters = count_parameters(hp, vocab_size)
     # R-Drop runs each row twice (one call on the batch stacked twice).
-    tokens = rows * length * (2 if hp.rdrop_alpha else 1)
+    copies = 2 if hp.rdrop_alpha else 1
+    tokens = rows * length * copies
     logit_bytes = LOGIT_BYTES + (KL_LOGIT_BYTES if hp.rdrop_alpha else 0)
     activations = (FLOAT_BYTES * tokens * hp.num_layers
                    * activation_floats_per_token(hp, length))
@@ -146,7 +151,7 @@ def training_memory(hp, vocab_size, rows, length, policy=None):
         runtime=RUNTIME_BYTES,
         parameter_state=STATE_BYTES_PER_PARAMETER * parameters,
         logits=logit_bytes * tokens * vocab_size, activations=activations,
-        parameters=parameters, rows=rows, length=length)
+        parameters=parameters, rows=rows, length=length, copies=copies)
 
 
 def physical_memory():
