@@ -5,7 +5,7 @@ checkout.
 so `hparams` (the application's sets, not installed) would not import, and
 `tfattn` would come from wherever it is installed. Each script imports this
 module first (`import _repo  # noqa: F401`); the root goes right after
-bench/, so bench's own modules (`import training` in profile.py) still win.
+bench/, so bench's own modules (`import training` in step_profile.py) still win.
 """
 
 import os

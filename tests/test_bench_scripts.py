@@ -144,3 +144,16 @@ def test_training_floor_prototype_puts_only_the_projections_in_bfloat16(
     assert keras.layers.Dense(4).compute_dtype == "float32"
     output = dense(keras.ops.ones((2, 3)))
     assert output.dtype == "bfloat16"
+
+
+def test_no_bench_module_shadows_the_standard_library():
+    """`python bench/NAME.py` puts bench/ first on sys.path, so a bench
+    module named like a standard one (`profile`, `timeit`, ...) replaces it
+    for every import in the process: Keras imports IPython where it is
+    installed, IPython imports cProfile, cProfile imports `profile`, and a
+    bench/profile.py then broke every bench script on such a machine."""
+    modules = {
+        os.path.splitext(os.path.basename(path))[0]
+        for path in glob.glob(os.path.join(BENCH, "*.py"))
+    }
+    assert not modules & set(sys.stdlib_module_names)
