@@ -8,7 +8,7 @@ run at once, so the sum exceeds the wall time), per step:
 - by op name with layer numbers folded (`.../block_N/self_attention/...`).
 
     python bench/step_profile.py  # tfattn training step
-    python bench/step_profile.py --model keras-hub  # the same model from keras-hub
+    python bench/step_profile.py --model keras-hub  # keras-hub's same model
     python bench/step_profile.py --model train.py --policy mixed_bfloat16
         # train.py's step (model, Adam, loss) for a set, at its batch shape
 
