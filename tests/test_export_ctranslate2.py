@@ -65,7 +65,9 @@ def tokenizer():
 
 def random_model(vocab_size, seed=1, **kwargs):
     """A 2+2-layer model whose every weight (norms and biases too) is
-    random, so that a weight mapped to the wrong place shows."""
+    random, so that a weight mapped to the wrong place shows. The weights
+    come from `seed` alone, not from Keras's global random state (which
+    depends on the tests run before)."""
     model = tfattn.Transformer(
         vocab_size,
         num_layers=2,
@@ -80,10 +82,22 @@ def random_model(vocab_size, seed=1, **kwargs):
     model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
     rng = np.random.default_rng(seed)
     for weight in model.weights:
-        weight.assign(
-            weight.numpy() + rng.normal(0, 0.1, weight.shape).astype("float32")
-        )
+        shape = tuple(weight.shape)
+        # Norm scales start at one, everything else at zero; matrices get
+        # Glorot's spread, vectors 0.1.
+        start = 1.0 if np.all(weight.numpy() == 1) else 0.0
+        spread = (np.sqrt(2.0 / (np.prod(shape[:-1]) + shape[-1]))
+                  if len(shape) > 1 else 0.1)
+        weight.assign(start + rng.normal(0, spread, shape).astype("float32"))
     return model
+
+
+def test_random_model_depends_on_its_seed_alone(tokenizer):
+    first = random_model(tokenizer.vocab_size)
+    keras.random.uniform((3,))  # moves Keras's global random state
+    second = random_model(tokenizer.vocab_size)
+    for a, b in zip(first.weights, second.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def tfattn_log_probs(model, tokenizer, source, target):
@@ -116,21 +130,6 @@ def test_scores_equal_tfattn_for_every_exportable_layout(
     for source, target, row in zip(SOURCES, TARGETS, theirs):
         ours = tfattn_log_probs(model, tokenizer, source, target)
         np.testing.assert_allclose(row, ours, atol=1e-4, rtol=0)
-
-
-def test_int8_export_scores_near_float32(tokenizer, tmp_path):
-    model = random_model(tokenizer.vocab_size)
-    float_path = export.to_ctranslate2(model, tokenizer, tmp_path / "f32")
-    int8_path = export.to_ctranslate2(
-        model, tokenizer, tmp_path / "int8", quantization="int8"
-    )
-    assert os.path.getsize(
-        os.path.join(int8_path, "model.bin")
-    ) < os.path.getsize(os.path.join(float_path, "model.bin"))
-    exact = ctranslate2_log_probs(float_path, SOURCES, TARGETS)
-    quantized = ctranslate2_log_probs(int8_path, SOURCES, TARGETS)
-    for a, b in zip(exact, quantized):
-        np.testing.assert_allclose(a, b, atol=0.1)
 
 
 def test_the_directory_holds_the_model_vocabulary_and_decoding(
@@ -246,9 +245,11 @@ def untrained_export(untrained_pair):
 
 def test_greedy_equals_tfattn_at_the_length_limits(untrained_pair, tokenizer):
     """A random model rarely emits EOS, so most rows run to their limit
-    (source + EXTRA), and empty and over-long sources are among them."""
+    (source + EXTRA), and over-long sources are among them. (An empty
+    source is not: the engines' shared serving contract answers it
+    without decoding.)"""
     model, translator = untrained_pair
-    texts = SOURCES + ["", "1" * 40, "9 9 9 9 9 9"]
+    texts = SOURCES + ["1" * 40, "9 9 9 9 9 9"]
     ours = translate_texts(
         model, tokenizer, texts, beam_size=1, alpha=0.0, extra_length=EXTRA
     )
@@ -279,6 +280,26 @@ def test_bad_texts_are_refused_by_name(untrained_export, texts, match):
 def test_bad_beam_size_is_refused(untrained_export):
     with pytest.raises(ValueError, match="beam_size"):
         untrained_export.translate(["1"], beam_size=0)
+
+
+@pytest.mark.parametrize(
+    "faithful, asked, expected",
+    [
+        (False, None, ("float32", "float32")),
+        (True, None, ("default", "int8_float32")),
+        (False, "int8", ("int8", "int8_float32")),
+    ],
+)
+def test_int8_runs_in_float32_where_the_cpu_would_saturate(
+    faithful, asked, expected, tokenizer, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(ct2_export, "int8_is_faithful", lambda: faithful)
+    path = export.to_ctranslate2(
+        random_model(tokenizer.vocab_size), tokenizer, tmp_path / "q",
+        quantization="int8")
+    translator = export.load_ctranslate2(path, compute_type=asked)
+    assert (translator.compute_type,
+            translator.translator.compute_type) == expected
 
 
 def test_loading_a_directory_that_is_no_export_says_so(tmp_path):
@@ -347,3 +368,50 @@ def test_the_export_mode_writes_a_ctranslate2_directory(trained_dir):
     assert settings["extra_length"] == 16  # the tiny set's decoding
     translated = export.load_ctranslate2(path).translate(["12"])
     assert len(translated) == 1 and translated[0]
+
+
+@pytest.mark.slow
+def test_int8_translations_are_float32_s_on_every_cpu(trained_dir, tmp_path):
+    """What an int8 export promises against float32, on a trained model and
+    the whole numbers test split (500 sentences), on every CPU: greedy
+    translations identical on at least 98% of rows, exact-match accuracy
+    within 1 point, and a mean per-token |log p| difference on the
+    references of at most 0.01.
+
+    Measured on four trained tiny models (seeds 0-2 at 300 steps, seed 0 at
+    1,000) on the AVX-512 EPYC (VNNI) and with oneDNN limited to AVX2:
+    identical on >= 99.8%, accuracy within 0.2 points, mean difference
+    <= 0.0024. CTranslate2's own int8 products without VNNI (`compute_type=
+    "int8"` under the AVX2 limit) gave 18-99% identical (18% on this
+    test's model), up to 33 points of accuracy lost and mean differences
+    of 0.06-0.21: the translator's default compute type runs such exports
+    in float32 there (`tfattn.export.int8_cpu`), and this test, run again
+    by `.ci/run` under the AVX2 limit, checks it."""
+    model, tokenizer, _ = run_dir.restore_model(trained_dir)
+    paths = {
+        q: export.to_ctranslate2(model, tokenizer, tmp_path / q,
+                                 quantization=q, beam_size=1, alpha=0.0,
+                                 extra_length=16)
+        for q in ("float32", "int8")
+    }
+    assert os.path.getsize(
+        os.path.join(paths["int8"], "model.bin")
+    ) < 0.5 * os.path.getsize(os.path.join(paths["float32"], "model.bin"))
+    test = sources.load_pairs(sources.parse_dataset_spec("numbers"), "test")
+    texts = [source for source, _ in test]
+    references = [target for _, target in test]
+    assert len(texts) == 500
+    outputs, log_probs = {}, {}
+    for q, path in paths.items():
+        outputs[q] = export.load_ctranslate2(path).translate(texts)
+        log_probs[q] = ctranslate2_log_probs(path, texts, references)
+    same = np.mean([a == b for a, b in zip(outputs["float32"],
+                                           outputs["int8"])])
+    assert same >= 0.98
+    accuracy = {q: np.mean([a == b for a, b in zip(out, references)])
+                for q, out in outputs.items()}
+    assert abs(accuracy["int8"] - accuracy["float32"]) <= 0.01, accuracy
+    differences = np.concatenate([
+        np.abs(np.subtract(a, b))
+        for a, b in zip(log_probs["float32"], log_probs["int8"])])
+    assert differences.mean() <= 0.01

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from tfattn import files
 from tfattn.export import ctranslate2_spec
+from tfattn.export.int8_cpu import int8_is_faithful
 from tfattn.translate import decode_lengths
 from tfattn.translate import model_proto_of
 from tfattn.validation import check_non_negative_float
@@ -171,17 +172,23 @@ class CTranslate2Translator:
     Args:
         path: the export directory.
         device: `"cpu"` or `"cuda"`. Defaults to `"cpu"`.
-        compute_type: CTranslate2's compute type (`"default"` keeps the
-            export's weight type; `"float32"`, `"int8"`, ...).
+        compute_type: None (the default), or CTranslate2's compute type
+            (`"default"` keeps the export's weight type; `"auto"`,
+            `"float32"`, `"int8"`, ...). None is `"default"`, except that
+            an int8 export runs in float32 on a CPU whose int8 products
+            would saturate (`int8_cpu.int8_is_faithful`): the 8-bit
+            weights, dequantized at load.
         inter_threads, intra_threads: CTranslate2's threading (batches run
             in parallel, threads per batch; 0 = CTranslate2's default).
 
     Attributes:
         translator: the `ctranslate2.Translator`.
         settings: dict, the export's decoding defaults.
+        compute_type: str, the compute type asked of CTranslate2 (None
+            resolved); `translator.compute_type` is the one it runs.
     """
 
-    def __init__(self, path, device="cpu", compute_type="default",
+    def __init__(self, path, device="cpu", compute_type=None,
                  inter_threads=1, intra_threads=0):
         import sentencepiece as spm
 
@@ -196,8 +203,10 @@ class CTranslate2Translator:
             self.settings = json.load(f)
         self._processor = spm.SentencePieceProcessor()
         self._processor.Load(os.path.join(path, VOCAB_FILENAME))
+        self.compute_type = _resolve_compute_type(
+            compute_type, device, self.settings.get("quantization"))
         self.translator = ctranslate2.Translator(
-            path, device=device, compute_type=compute_type,
+            path, device=device, compute_type=self.compute_type,
             inter_threads=inter_threads, intra_threads=intra_threads)
 
     def tokenize(self, texts):
@@ -254,6 +263,15 @@ class CTranslate2Translator:
             [self._processor.decode(row) for row in outputs],
             [float(result.scores[0]) for result in results],
             truncated)
+
+
+def _resolve_compute_type(compute_type, device, quantization):
+    if compute_type is not None:
+        return compute_type
+    if (device == "cpu" and str(quantization).startswith("int8")
+            and not int8_is_faithful()):
+        return "float32"
+    return "default"
 
 
 def load_ctranslate2(path, **kwargs):
