@@ -1,9 +1,13 @@
 """Tests of tfattn.ops.attention (the shared attention core)."""
 
 import numpy as np
+import pytest
 
 from tests.harness import FLOAT32_EPS
 from tfattn.ops import attention
+
+# Run again by .ci/run under tests/cpu_limits.AVX2_LIMITS.
+pytestmark = pytest.mark.cpu_sensitive
 
 
 def _softmax(s):

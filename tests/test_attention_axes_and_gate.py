@@ -48,6 +48,7 @@ def _pair(shape, seed=0, value_shape=None, **kwargs):
         ((2, 2, 3, 2, 8), (1, 3)),
     ],
 )
+@pytest.mark.cpu_sensitive
 def test_attention_axes_as_keras(shape, axes):
     theirs, ours, query, value = _pair(shape, key_dim=3, attention_axes=axes)
     got, _ = assert_same_attention(theirs, ours, query, value)
@@ -83,6 +84,7 @@ def test_attention_axes_masks_as_keras(mask_shape):
     assert np.all(scores[..., 0, 1, :, :] == 0.0)
 
 
+@pytest.mark.cpu_sensitive
 def test_attention_axes_with_other_key_lengths_and_a_model():
     """Keys longer than the queries along the attention axis, the batch-like
     axis equal; inside a functional model with an unknown batch size, eager
@@ -171,6 +173,7 @@ def test_causality_over_several_axes_is_over_the_flattened_positions():
         dict(key_dim=3, value_dim=5, use_bias=False, output_shape=6),
     ],
 )
+@pytest.mark.cpu_sensitive
 def test_use_gate_as_keras(kwargs):
     """Keras's gated attention: sigmoid(gate(queries)) times the heads'
     output before the output projection; with a fully masked query."""

@@ -81,6 +81,7 @@ def _padding():
 @pytest.mark.parametrize("key_value", [False, True])
 @pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.cpu_sensitive
 def test_matches_numpy_from_the_formulas(
     score, heads, key_value, single, masked
 ):
@@ -113,6 +114,7 @@ def test_attention_mask_of_rank_3_and_causality():
     np.testing.assert_allclose(w, want_w, atol=1e-5)
 
 
+@pytest.mark.cpu_sensitive
 def test_dot_equals_keras_attention():
     q, k, v = _inputs("dot", 1, True)
     keep = _padding()

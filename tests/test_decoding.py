@@ -141,6 +141,7 @@ def tables():
     return random_tables(0, len(ROWS), VOCAB, LENGTH)
 
 
+@pytest.mark.cpu_sensitive
 def test_greedy_matches_numpy(tables):
     step_fn, init = make_model(*tables)
     ids, scores = greedy_search(
@@ -155,6 +156,7 @@ def test_greedy_matches_numpy(tables):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+@pytest.mark.cpu_sensitive
 def test_exhaustive_beam_matches_brute_force(tables, alpha):
     # K = 32 keeps every one of the 31 possible sequences.
     step_fn, init = make_model(*tables)
@@ -176,6 +178,7 @@ def test_exhaustive_beam_matches_brute_force(tables, alpha):
 
 
 @pytest.mark.parametrize("beam_size", [2, 3])
+@pytest.mark.cpu_sensitive
 def test_small_beam_score_is_its_sequence_score(tables, beam_size):
     step_fn, init = make_model(*tables)
     ids, scores = beam_search(
@@ -191,6 +194,7 @@ def test_small_beam_score_is_its_sequence_score(tables, beam_size):
         )
 
 
+@pytest.mark.cpu_sensitive
 def test_beam_beats_suboptimal_greedy():
     # First-order table: after START, token 2 (p=.5) beats 3 (p=.45), but
     # after 2 the best is EOS at p=.34, while after 3 EOS has p=.99.
@@ -221,6 +225,7 @@ def test_beam_beats_suboptimal_greedy():
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.cpu_sensitive
 def test_beam_size_one_alpha_zero_equals_greedy(seed):
     length, rows = 6, list(range(5))
     tables = random_tables(seed, len(rows), VOCAB, length, scale=1.0)
@@ -324,6 +329,7 @@ def no_eos_model(rows, length):
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.cpu_sensitive
 def test_max_lengths_per_row(search):
     length, limits = 6, [2, 6, 3, 9, 0]
     step_fn, cache = no_eos_model(len(limits), length)
@@ -345,6 +351,7 @@ def test_max_lengths_per_row(search):
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+@pytest.mark.cpu_sensitive
 def test_half_precision_logits(tables, dtype):
     # The search must upcast before log-softmax: half logits give the same
     # result as the same (rounded) logits passed in float32. In float16 the
@@ -366,6 +373,7 @@ def test_half_precision_logits(tables, dtype):
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.cpu_sensitive
 def test_eager_graph_and_jit_agree(tables, search):
     step_fn, init = make_model(*tables)
     limits = tf.constant([4, 2, 3])
@@ -414,6 +422,7 @@ def test_jit_does_not_retrace_for_new_batches(tables):
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
+@pytest.mark.cpu_sensitive
 def test_unknown_batch_size_in_graph(tables, search):
     step_fn, init = make_model(*tables)
     spec = tf.TensorSpec([None], tf.int32)

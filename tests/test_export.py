@@ -151,6 +151,7 @@ def test_fresh_process_matches_translate_texts(fresh_process, expected):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_sensitive
 def test_in_process_load_matches(exported, expected):
     loaded = export.load_translator(exported)
     out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
@@ -196,6 +197,7 @@ def test_saved_model_cli_run(tiny, fresh_process):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_sensitive
 def test_keras_file_reloads_with_identical_logits(tiny, exported):
     model, _ = tiny
     reloaded = keras.saving.load_model(exported / "model.keras")
@@ -311,6 +313,7 @@ def test_overwrite(tiny, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_sensitive
 def test_attention_signature_equals_the_python_model(tiny, exported):
     """The `attention` signature returns, for the same sentences, the
     translations, pieces and weights that the Python model and
@@ -370,6 +373,7 @@ def test_serving_flags_the_sources_it_truncated(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_sensitive
 def test_an_xla_export_translates_as_the_python_xla_path(tiny, tmp_path):
     """`jit_compile=True`: the SavedModel's search runs under XLA on sources
     padded to max_source_length, and translates as

@@ -121,6 +121,7 @@ def ctranslate2_log_probs(path, sources_, targets):
 
 
 @pytest.mark.parametrize("name", sorted(EXPORTABLE))
+@pytest.mark.cpu_sensitive
 def test_scores_equal_tfattn_for_every_exportable_layout(
     name, tokenizer, tmp_path
 ):
@@ -243,6 +244,7 @@ def untrained_export(untrained_pair):
     return untrained_pair[1]
 
 
+@pytest.mark.cpu_sensitive
 def test_greedy_equals_tfattn_at_the_length_limits(untrained_pair, tokenizer):
     """A random model rarely emits EOS, so most rows run to their limit
     (source + EXTRA), and over-long sources are among them. (An empty
@@ -290,6 +292,7 @@ def test_bad_beam_size_is_refused(untrained_export):
         (False, "int8", ("int8", "int8_float32")),
     ],
 )
+@pytest.mark.cpu_sensitive
 def test_int8_runs_in_float32_where_the_cpu_would_saturate(
     faithful, asked, expected, tokenizer, tmp_path, monkeypatch
 ):
@@ -319,6 +322,7 @@ def trained_dir(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_sensitive
 def test_trained_model_greedy_translations_are_tfattn_s(trained_dir, tmp_path):
     model, tokenizer, _ = run_dir.restore_model(trained_dir)
     path = export.to_ctranslate2(
@@ -371,6 +375,7 @@ def test_the_export_mode_writes_a_ctranslate2_directory(trained_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_sensitive
 def test_int8_translations_are_float32_s_on_every_cpu(trained_dir, tmp_path):
     """What an int8 export promises against float32, on a trained model and
     the whole numbers test split (500 sentences), on every CPU: greedy

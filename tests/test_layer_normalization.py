@@ -46,6 +46,7 @@ def _forward_backward(layer, x, upstream):
 
 
 @pytest.mark.parametrize("shape", [(6, 16), (3, 5, 32), (2, 3, 4, 8)])
+@pytest.mark.cpu_sensitive
 def test_forward_equals_numpy(shape):
     x = _inputs(shape)
     ours, _ = _twins(shape, epsilon=1e-6)
@@ -61,6 +62,7 @@ def test_a_constant_row_maps_to_beta():
 
 
 @pytest.mark.parametrize("shape", [(6, 16), (3, 5, 32)])
+@pytest.mark.cpu_sensitive
 def test_gradients_equal_kerass_layer_float32(shape):
     x = _inputs(shape)
     upstream = _inputs(shape, seed=2)
@@ -71,6 +73,7 @@ def test_gradients_equal_kerass_layer_float32(shape):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.cpu_sensitive
 def test_bfloat16_matches_kerass_layer_within_its_rounding():
     shape = (4, 8, 64)
     x = tf.cast(_inputs(shape), tf.bfloat16)
@@ -87,6 +90,7 @@ def test_bfloat16_matches_kerass_layer_within_its_rounding():
                                    err_msg=name)
 
 
+@pytest.mark.cpu_sensitive
 def test_gradients_under_xla_equal_the_graph_ones():
     shape = (3, 5, 16)
     x = tf.constant(_inputs(shape))

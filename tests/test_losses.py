@@ -18,6 +18,9 @@ from tfattn.losses import smoothed_cross_entropy_sum
 from tfattn.losses import smoothed_cross_entropy_sums
 from tfattn.losses import symmetric_kl_sum
 
+# Run again by .ci/run under tests/cpu_limits.AVX2_LIMITS.
+pytestmark = pytest.mark.cpu_sensitive
+
 B, T, V = 3, 6, 13
 
 

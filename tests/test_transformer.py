@@ -280,6 +280,7 @@ def reference_params(model):
     return params
 
 
+@pytest.mark.cpu_sensitive
 def test_reference_2019_matches_numpy_model():
     model = _model("reference_2019")
     want = ref.transformer_reference_2019(
@@ -290,6 +291,7 @@ def test_reference_2019_matches_numpy_model():
     )
 
 
+@pytest.mark.cpu_sensitive
 def test_reference_2017_matches_numpy_model():
     model = tfattn.Transformer(
         V,
@@ -350,6 +352,7 @@ def test_paper_has_residual_dropout():
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
+@pytest.mark.cpu_sensitive
 def test_cached_decode_step_equals_decode_on_the_prefix(
     flavor, normalize_first
 ):
@@ -387,6 +390,7 @@ def _naive_greedy(model, source, steps):
 
 
 @pytest.mark.parametrize("flavor", ["paper", "reference_2019"])
+@pytest.mark.cpu_sensitive
 def test_beam_size_1_equals_greedy(flavor):
     model = _model(flavor, num_layers=1)
     steps = 6

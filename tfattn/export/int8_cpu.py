@@ -10,7 +10,7 @@ activations are large. On the numbers test split (500 sentences, the tiny
 set trained 1,000 steps), int8 greedy translations equalled float32's on
 100% of rows with VNNI and on 66% with oneDNN limited to AVX2
 (`ONEDNN_MAX_CPU_ISA=AVX2`, which is what an AVX2-only EPYC runs); exact
-matches fell from 97.4% to 64.4% (docs/traps.md item 20).
+matches fell from 97.4% to 64.4% (docs/traps.md item 36).
 
 `int8_is_faithful` says which case this process is in, from
 `/proc/cpuinfo` and the limit oneDNN honours (`ONEDNN_MAX_CPU_ISA`, or
