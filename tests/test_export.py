@@ -146,7 +146,10 @@ def test_fresh_process_matches_translate_texts(fresh_process, expected):
     assert out["translations"] == expected
     assert out["method"] == expected
     assert len(out["scores"]) == len(TEXTS)
-    assert all(np.isfinite(out["scores"])) and max(out["scores"]) < 0
+    assert all(np.isfinite(out["scores"])) and max(out["scores"]) <= 0
+    # The serving contract: the empty text is "" with score 0.
+    assert out["scores"][TEXTS.index("")] == 0.0
+    assert out["translations"][TEXTS.index("")] == ""
     assert out["settings"] == [BEAM, MAX_LENGTH - EXTRA, MAX_LENGTH]
 
 
@@ -158,8 +161,8 @@ def test_in_process_load_matches(exported, expected):
     assert out["translations"].dtype == tf.string
     assert out["scores"].dtype == tf.float32
     assert [t.decode() for t in out["translations"].numpy()] == expected
-    empty = loaded.translate(tf.constant([], tf.string))
-    assert empty["translations"].shape == (0,)
+    assert loaded.translate(TEXTS) == expected
+    assert loaded.translate([]) == []
 
 
 @pytest.mark.slow
@@ -304,12 +307,11 @@ def test_overwrite(tiny, tmp_path, monkeypatch):
     assert "old.txt" not in os.listdir(target)
     assert "model.keras" not in os.listdir(target)
     loaded = export.load_translator(target)
-    assert int(loaded.beam_size.numpy()) == 1
+    assert loaded.settings["beam_size"] == 1
     greedy = translate_texts(
         model, tokenizer, TEXTS[:3], beam_size=1, extra_length=EXTRA
     )
-    out = loaded.translate(tf.constant(TEXTS[:3]))["translations"].numpy()
-    assert [t.decode() for t in out] == greedy
+    assert loaded.translate(TEXTS[:3]) == greedy
 
 
 @pytest.mark.slow

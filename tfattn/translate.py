@@ -214,6 +214,9 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
             )
     if not texts:
         return []
+    # Imported here: tfattn.export's modules import this one.
+    from tfattn.export.contract import empty_source_rows
+
     max_source_length, max_length = decode_lengths(
         model, extra_length, max_source_length
     )
@@ -236,7 +239,10 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
         )
         ids, _ = generate(source)
         decoded = tokenizer.detokenize(ids).numpy()[:real]
-        outputs.extend(t.decode("utf-8") for t in decoded)
+        # The serving contract: a text without pieces translates to "".
+        empty = empty_source_rows(source).numpy()
+        outputs.extend("" if blank else t.decode("utf-8")
+                       for t, blank in zip(decoded, empty))
     return outputs
 
 

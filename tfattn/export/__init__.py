@@ -9,7 +9,7 @@
 
 from tfattn.export.ctranslate2 import CTranslate2Translator
 from tfattn.export.ctranslate2 import NotExportable
-from tfattn.export.ctranslate2 import Translations
+from tfattn.export.contract import Translations
 from tfattn.export.ctranslate2 import load_ctranslate2
 from tfattn.export.ctranslate2 import to_ctranslate2
 from tfattn.export.saved_model import ATTENTION_SIGNATURE_KEY
@@ -18,4 +18,5 @@ from tfattn.export.saved_model import SIGNATURE_KEY
 from tfattn.export.saved_model import VOCAB_FILENAME
 from tfattn.export.saved_model import Translator
 from tfattn.export.saved_model import export_translator
+from tfattn.export.saved_model import SavedModelTranslator
 from tfattn.export.saved_model import load_translator

@@ -12,10 +12,10 @@ int8/int16 weights. `to_ctranslate2` writes, atomically, a directory with
   length penalty, extra and maximum lengths) that `load_ctranslate2`'s
   translator uses.
 
-`load_ctranslate2(path).translate(texts)` is the text-to-text contract of the
-SavedModel's `serving_default`: strings in, strings out, sources cut to
-`max_source_length` pieces (EOS included; `truncated` says which), each
-output at most its source length plus `extra_length` pieces.
+`load_ctranslate2(path).translate(texts)` keeps the serving contract of
+`tfattn.export.contract` (the SavedModel's too): strings in, strings out,
+sources cut to `max_source_length` pieces (EOS included; `truncated` says
+which), each output at most its source length plus `extra_length` pieces.
 
 Where the two engines differ (say it before you compare them):
 
@@ -33,10 +33,10 @@ Where the two engines differ (say it before you compare them):
 
 import json
 import os
-from typing import NamedTuple
-
 from tfattn import files
 from tfattn.export import ctranslate2_spec
+from tfattn.export.contract import Translations
+from tfattn.export.contract import checked_texts
 from tfattn.export.int8_cpu import int8_is_faithful
 from tfattn.translate import decode_lengths
 from tfattn.translate import model_proto_of
@@ -155,17 +155,6 @@ def _save_spec(spec, directory, quantization):
     SpecConverter().convert(directory, quantization=quantization)
 
 
-class Translations(NamedTuple):
-    """What `CTranslate2Translator.translate_details` returns, row by row
-    (the SavedModel's `serving_default` outputs): `translations` (str),
-    `scores` (float, CTranslate2's length-normalised log-probability) and
-    `truncated` (bool, the source was cut to `max_source_length`)."""
-
-    translations: list
-    scores: list
-    truncated: list
-
-
 class CTranslate2Translator:
     """Text to text with an export of `to_ctranslate2`.
 
@@ -212,7 +201,7 @@ class CTranslate2Translator:
     def tokenize(self, texts):
         """(pieces per row without EOS, cut to max_source_length - 1;
         truncated per row)."""
-        texts = _checked_texts(texts)
+        texts = checked_texts(texts, "CTranslate2Translator.translate")
         keep = self.settings["max_source_length"] - 1
         pieces = self._processor.encode(texts, out_type=str)
         return ([row[:keep] for row in pieces],
@@ -257,11 +246,13 @@ class CTranslate2Translator:
             # CTranslate2's default of 1 forbids EOS first; tfattn allows it.
             min_decoding_length=0,
             return_scores=True, max_batch_size=max_batch_size)
-        outputs = [result.hypotheses[0][:limit]
-                   for result, limit in zip(results, limits)]
+        outputs = [result.hypotheses[0][:limit] if row else []
+                   for result, limit, row in zip(results, limits, pieces)]
+        # The contract (`contract.py`): a text without pieces is "", 0.0.
         return Translations(
             [self._processor.decode(row) for row in outputs],
-            [float(result.scores[0]) for result in results],
+            [float(result.scores[0]) if row else 0.0
+             for result, row in zip(results, pieces)],
             truncated)
 
 
@@ -278,16 +269,3 @@ def load_ctranslate2(path, **kwargs):
     """A `CTranslate2Translator` of the export at `path` (keyword arguments
     as `CTranslate2Translator`'s)."""
     return CTranslate2Translator(path, **kwargs)
-
-
-def _checked_texts(texts):
-    if isinstance(texts, (str, bytes)) or not isinstance(texts,
-                                                         (list, tuple)):
-        raise invalid_argument("texts", "a list of strings", texts,
-                               "CTranslate2Translator.translate")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise invalid_argument(
-                f"texts[{i}]", "a str", text,
-                "CTranslate2Translator.translate")
-    return list(texts)

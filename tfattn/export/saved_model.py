@@ -45,6 +45,7 @@ import os
 import tensorflow as tf
 
 from tfattn import files
+from tfattn.export import contract
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
@@ -145,10 +146,13 @@ class Translator(tf.Module):
                 return_truncated=True)
             ids, scores = self._compiled_search(source)
         else:
-            _, truncated, ids, scores = self._decode(sentences)
+            source, truncated, ids, scores = self._decode(sentences)
+        # The serving contract: a text without pieces translates to "", 0.0.
+        empty = contract.empty_source_rows(source)
         return {
-            "translations": self.tokenizer.detokenize(ids),
-            "scores": tf.cast(scores, tf.float32),
+            "translations": tf.where(empty, "",
+                                     self.tokenizer.detokenize(ids)),
+            "scores": tf.where(empty, 0.0, tf.cast(scores, tf.float32)),
             "truncated": truncated,
         }
 
@@ -203,9 +207,9 @@ def _vector_of_strings(sentences):
     """The signature declares [None] strings, but a SavedModel signature
     does not check what it is fed: a [2, 2] tensor would give 4
     translations. EnsureShape checks at run time (its name is in the
-    error)."""
-    return tf.ensure_shape(sentences, [None],
-                           name="sentences_must_be_a_vector_of_strings")
+    error), then every row must be UTF-8 (`contract.utf8_checked`)."""
+    return contract.utf8_checked(tf.ensure_shape(
+        sentences, [None], name="sentences_must_be_a_vector_of_strings"))
 
 
 def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
@@ -299,20 +303,70 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
     return export_dir
 
 
+class SavedModelTranslator:
+    """Text to text with an export of `export_translator`, in Python.
+
+    It keeps the serving contract of `tfattn.export.contract`, as
+    `CTranslate2Translator` does: the texts are checked here, so a bad one
+    is refused naming `texts[i]` before anything runs in the graph.
+
+    Args:
+        export_dir: the export directory.
+
+    Attributes:
+        module: the loaded SavedModel (`tf.saved_model.load`).
+        signatures: its signatures (`serving_default`, `attention`), each
+            taking `sentences`, a `[B]` `tf.string` tensor.
+        settings: dict, the export's decoding settings (`beam_size`,
+            `alpha`, `extra_length`, `max_source_length`, `max_length`).
+    """
+
+    def __init__(self, export_dir):
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        export_dir = os.fspath(export_dir)
+        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
+            raise FileNotFoundError(
+                f"{export_dir}: no saved_model.pb; not an export of "
+                "tfattn.export.export_translator")
+        self.module = tf.saved_model.load(export_dir)
+        self.signatures = self.module.signatures
+        self.settings = {name: getattr(self.module, name).numpy().item()
+                         for name in ("beam_size", "alpha", "extra_length",
+                                      "max_source_length", "max_length")}
+
+    def translate(self, texts):
+        """List of str -> list of str (see `translate_details`)."""
+        return self.translate_details(texts).translations
+
+    def translate_details(self, texts):
+        """Translates `texts` (a list or tuple of str) with the export's
+        `serving_default` signature.
+
+        Returns:
+            `tfattn.export.contract.Translations`.
+        """
+        texts = contract.checked_texts(texts,
+                                       "SavedModelTranslator.translate")
+        out = self.signatures[SIGNATURE_KEY](
+            sentences=tf.constant(texts, tf.string, shape=[len(texts)]))
+        return contract.Translations(
+            [t.decode("utf-8") for t in out["translations"].numpy()],
+            [float(x) for x in out["scores"].numpy()],
+            [bool(x) for x in out["truncated"].numpy()])
+
+
 def load_translator(export_dir):
-    """Loads an export of `export_translator` (after `import tensorflow_text`).
+    """A `SavedModelTranslator` of the export at `export_dir`.
 
     Args:
         export_dir: str or path-like.
 
     Returns:
-        The loaded object: call `.translate(sentences)` or
-        `.signatures['serving_default'](sentences=...)`; both return a dict
-        with `translations` and `scores`.
+        `SavedModelTranslator`: `.translate(texts)` for text, `.signatures`
+        for the graph functions (`serving_default`, `attention`).
     """
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-
-    return tf.saved_model.load(str(export_dir))
+    return SavedModelTranslator(export_dir)
 
 
 def _save_saved_model(translator, directory):

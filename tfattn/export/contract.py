@@ -1,0 +1,96 @@
+"""The serving contract that every tfattn translator keeps.
+
+The SavedModel (`load_translator`), the CTranslate2 directory
+(`load_ctranslate2`) and the Python path (`tfattn.translate.translate_texts`)
+answer the same input the same way; `tests/test_serving_contract.py` runs one
+set of cases against each engine.
+
+Input, from Python: a list or tuple of `str`.
+- Batch 0 (`[]`): empty outputs.
+- An empty or whitespace-only text (no SentencePiece piece once normalised):
+  translation `""`, score 0.0, not truncated, and nothing is decoded for it.
+- A text longer than `max_source_length - 1` pieces: its first pieces, then
+  EOS; `truncated` is True for it.
+- A `str` that is not valid Unicode (a lone surrogate such as `"\\ud800"`):
+  `ValueError` naming `texts[i]` and the character's position.
+- Anything else (one string instead of a list, bytes, numbers, None, a
+  tensor of another rank): `ValueError` naming `texts` or `texts[i]`.
+
+The SavedModel's signatures take `sentences`, a `[B]` `tf.string` tensor, from
+any client (TensorFlow Serving too): another rank, or bytes that are not
+UTF-8, fail in the graph with an `InvalidArgumentError` whose message names
+`sentences` (`sentences_must_be_a_vector_of_strings`,
+`sentences_must_be_utf8`).
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from tfattn.data.tokenizer import PAD_ID
+from tfattn.validation import invalid_argument
+
+__all__ = ["Translations", "checked_texts", "empty_source_rows",
+           "utf8_checked"]
+
+
+class Translations(NamedTuple):
+    """What `translate_details` returns, row by row (the SavedModel's
+    `serving_default` outputs): `translations` (str), `scores` (float, the
+    engine's length-normalised log-probability; 0.0 for an empty text) and
+    `truncated` (bool, the source was cut to `max_source_length`)."""
+
+    translations: list
+    scores: list
+    truncated: list
+
+
+def checked_texts(texts, context):
+    """`texts` as a list of valid `str`, or the contract's `ValueError`.
+
+    Args:
+        texts: what the caller passed.
+        context: str. The method named in the message.
+
+    Returns:
+        list of str.
+    """
+    if isinstance(texts, (str, bytes)) or not isinstance(texts,
+                                                         (list, tuple)):
+        raise invalid_argument("texts", "a list of strings", texts, context)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise invalid_argument(f"texts[{i}]", "a str", text, context)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise invalid_argument(
+                f"texts[{i}]",
+                "valid Unicode (character "
+                f"{error.start} is {text[error.start]!r}, a lone surrogate)",
+                text, context) from None
+    return list(texts)
+
+
+def empty_source_rows(source_ids):
+    """Bool `[B]`: the rows of encoded sources `[B, S]` that hold EOS alone
+    (their text had no piece)."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID),
+                                    tf.int32), axis=1)
+    return tf.less_equal(lengths, 1)
+
+
+def utf8_checked(sentences):
+    """`sentences` (`[B]` `tf.string`), after an in-graph check that every
+    row is UTF-8: its error names `sentences_must_be_utf8`."""
+    valid = tf.equal(
+        tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8",
+                                     errors="replace",
+                                     replacement_char=0xFFFD),
+        sentences)
+    check = tf.debugging.assert_equal(
+        valid, tf.ones_like(valid),
+        message="sentences: every row must be UTF-8 text",
+        name="sentences_must_be_utf8")
+    with tf.control_dependencies([check]):
+        return tf.identity(sentences)
