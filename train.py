@@ -391,15 +391,15 @@ def main(argv):
     except Exception as error:  # noqa: BLE001 (the boundary)
         if FLAGS.debug or FLAGS.verbosity >= 1:
             raise
-        _fail(
-            *errors.command_line_failure(
-                error,
-                f"running --mode={FLAGS.mode}",
-                "lower the hparams' tokens_per_batch or max_train_length, "
-                "or free memory",
-                expected=(training.NonFiniteLossError, run_dir.ModelDirInUse),
-            )
+        line, status = errors.command_line_failure(
+            error,
+            f"running --mode={FLAGS.mode}",
+            "lower the hparams' tokens_per_batch or max_train_length, "
+            "or free memory",
+            expected=(training.NonFiniteLossError, run_dir.ModelDirInUse),
         )
+        fields = {f.name for f in dataclasses.fields(config.HParams)}
+        _fail(errors.name_hparams_fields(line, fields), status)
 
 
 # Command fields that are not one flag's value as it is.

@@ -124,10 +124,16 @@ def test_the_lock_is_reentrant_and_refuses_another_process(tmp_path):
     assert out.returncode == 3, out.stderr[-2000:]
     assert f"is in use by process {os.getpid()} on " in out.stdout
     assert "use another --model_dir" in out.stdout
-    # Released: the lock can be taken again, and names nobody.
+    # Released: the lock can be taken again, and its file is gone, as is
+    # the directory that holding it created.
+    with run_dir.hold(model_dir):
+        assert (model_dir / ".lock").exists()
+    assert not model_dir.exists()
+    model_dir.mkdir()
+    (model_dir / "kept.txt").write_text("a run's file")
     with run_dir.hold(model_dir):
         pass
-    assert (model_dir / ".lock").read_text() == ""
+    assert os.listdir(model_dir) == ["kept.txt"]
 
 
 def test_a_dead_process_lock_is_taken_over_with_a_warning(tmp_path, caplog):

@@ -151,7 +151,9 @@ def test_a_vocabulary_the_corpus_cannot_support_writes_nothing(tmp_path):
         "--target_language=de",
     )
     assert status == 1
-    assert "`vocab_size`, expected at least" in line
+    # Named as the command line sets it (issue 42), not as an argument.
+    assert ("the hparams field `vocab_size` (set it with "
+            "--hparams_overrides=vocab_size=...), expected at least") in line
     assert not model_dir.exists()
 
 

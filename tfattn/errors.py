@@ -37,6 +37,29 @@ class OutOfMemory(RuntimeError):
 EXPECTED = (ValueError, OSError, EOFError, ImportError, tf.errors.OpError,
             OutOfMemory)
 _SHAPE = re.compile(r"shape\s*\[([0-9,\s]*)\]")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ARGUMENT = re.compile(r"for argument `(\w+)`")
+
+
+def name_hparams_fields(line, fields):
+    """`line` with an argument that is an hparams field named as the
+    command line sets it (`--hparams_overrides=NAME=...`).
+
+    Args:
+        line: str. An error line.
+        fields: the names of the hparams fields.
+
+    Returns:
+        str.
+    """
+    def named(match):
+        name = match.group(1)
+        if name not in fields:
+            return match.group(0)
+        return (f"for the hparams field `{name}` (set it with "
+                f"--hparams_overrides={name}=...)")
+
+    return _ARGUMENT.sub(named, line)
 
 
 def out_of_memory(error, what, advice):
@@ -82,6 +105,8 @@ def describe(error):
         text = f"{error.filename}: {error.strerror}"
     else:
         text = str(error) or type(error).__name__
+    # Keras formats some messages with terminal bold; a log gets plain text.
+    text = _ANSI.sub("", text)
     text = re.sub(r"\s*\n\s*", " ", text).strip()
     text = re.sub(rf"\S{{{_MAX_RUN + 1},}}", _cut, text)
     if len(text) > _MAX_MESSAGE:

@@ -9,7 +9,9 @@ exports) are local, built under a temporary name and renamed into place.
 
 import contextlib
 import os
+import re
 import shutil
+import time
 import uuid
 
 import tensorflow as tf
@@ -69,20 +71,87 @@ def refuse_existing(path, overwrite):
 
 
 def temporary_sibling(path, kind="tmp"):
-    """A fresh hidden name beside `path`: `.NAME.KIND-HEX`."""
+    """A fresh hidden name beside `path`: `.NAME.KIND-PID-HEX`, the PID of
+    the process that made it (`remove_stale_siblings` reads it)."""
     parent, name = os.path.split(path)
-    return os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex}")
+    return os.path.join(parent,
+                        f".{name}.{kind}-{os.getpid()}-{uuid.uuid4().hex}")
+
+
+# Names of earlier tfattn versions carried no PID: `.NAME.KIND-HEX`.
+_SIBLING = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-"
+                      r"(?:(?P<pid>\d+)-)?[0-9a-f]{32}")
+# A sibling without a PID is taken as stale once this old (seconds).
+_UNKNOWN_OWNER_AGE = 600
+
+
+def _owner_running(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Another user's process.
+        return True
+    return True
+
+
+def _stale(entry, match):
+    if match.group("pid") is not None:
+        return not _owner_running(int(match.group("pid")))
+    try:
+        age = time.time() - os.lstat(entry).st_mtime
+    except FileNotFoundError:
+        return False
+    return age > _UNKNOWN_OWNER_AGE
+
+
+def remove_stale_siblings(path):
+    """Clears what killed writes of the directory `path` left beside it.
+
+    A `.NAME.tmp-*` directory whose writer is no longer running is removed.
+    A `.NAME.old-*` one (an old `path` moved aside by an overwrite) is
+    removed if `path` exists, and renamed back to `path` if the kill came
+    between the two renames. Other names, and other targets' siblings, are
+    left alone.
+    """
+    parent, name = os.path.split(path)
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return
+    for entry in sorted(entries):
+        match = _SIBLING.fullmatch(entry)
+        full = os.path.join(parent, entry)
+        if (not match or match.group("name") != name
+                or not os.path.isdir(full) or os.path.islink(full)
+                or not _stale(full, match)):
+            continue
+        if match.group("kind") == "old" and not os.path.lexists(path):
+            with contextlib.suppress(OSError):
+                os.rename(full, path)
+            continue
+        shutil.rmtree(full, ignore_errors=True)
 
 
 @contextlib.contextmanager
 def directory_written_atomically(path, overwrite):
     """Yields a temporary sibling directory to fill; on success renames it
     to `path` (replacing an old one when `overwrite`), on any error removes
-    it, so `path` never holds half a directory."""
+    it, so `path` never holds half a directory. What killed writes of
+    `path` left beside it is cleared first (`remove_stale_siblings`)."""
+    remove_stale_siblings(path)
     refuse_existing(path, overwrite)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_dir = temporary_sibling(path)
-    os.makedirs(tmp_dir)
+    try:
+        os.makedirs(tmp_dir)
+    except OSError as error:
+        # Named after the caller's path, not the temporary one.
+        raise type(error)(
+            error.errno, f"{error.strerror} (cannot write beside it in "
+            f"{os.path.dirname(path)})", path) from None
     try:
         yield tmp_dir
         rename_into_place(tmp_dir, path, overwrite)

@@ -60,8 +60,11 @@ def hold(model_dir, chief=True):
     process that would write into the same directory (train, eval, export)
     is refused at once, naming the first. The kernel drops the lock when its
     process dies, so a killed run's lock is taken over (with a warning
-    naming it). Re-entrant in one process; only the chief of a multi-worker
-    job holds it; not taken on remote filesystems (gs://...).
+    naming it). The lock file is removed on release, and a directory that
+    this call created is removed too if nothing was written into it, so a
+    refused command leaves nothing behind. Re-entrant in one process; only
+    the chief of a multi-worker job holds it; not taken on remote
+    filesystems (gs://...).
 
     Raises:
         ModelDirInUse: another process holds it.
@@ -80,21 +83,14 @@ def hold(model_dir, chief=True):
         raise NotADirectoryError(
             f"{model_dir}: is a file, expected a model directory (choose "
             "another --model_dir)")
+    created = not os.path.exists(path)
     os.makedirs(path, exist_ok=True)
-    fd = os.open(os.path.join(path, LOCK_FILENAME), os.O_RDWR | os.O_CREAT,
-                 0o644)
+    lock_path = os.path.join(path, LOCK_FILENAME)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder(fd)
-        os.close(fd)
-        raise ModelDirInUse(
-            f"{model_dir} is in use by {holder or 'another process'}: wait "
-            "for it to finish (or stop it), or use another --model_dir."
-        ) from None
-    except OSError as error:  # A filesystem without locks: go on.
-        logging.warning("%s: cannot lock (%s); not guarding against a "
-                        "second run.", model_dir, error)
+        fd = _lock(model_dir, lock_path)
+    except BaseException:
+        _remove_if_empty(path, created)
+        raise
     previous = _holder(fd)
     if previous and not previous.startswith(f"process {os.getpid()} "):
         logging.warning("Took over the lock of %s, left by %s, which is no "
@@ -108,9 +104,44 @@ def hold(model_dir, chief=True):
         yield
     finally:
         del _held[path]
-        os.ftruncate(fd, 0)
+        # Removed while still locked, so no other process holds this file.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock_path)
+        os.close(fd)
+        _remove_if_empty(path, created)
+
+
+def _lock(model_dir, lock_path):
+    """An open descriptor of `lock_path`, locked by this process."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise ModelDirInUse(
+                f"{model_dir} is in use by {holder or 'another process'}: "
+                "wait for it to finish (or stop it), or use another "
+                "--model_dir.") from None
+        except OSError as error:  # A filesystem without locks: go on.
+            logging.warning("%s: cannot lock (%s); not guarding against a "
+                            "second run.", model_dir, error)
+            return fd
+        # The holder before us removes the file on release: a lock taken on
+        # the removed file guards nothing, so take the new file's.
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock_path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
         os.close(fd)
 
+
+def _remove_if_empty(path, created):
+    if created:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def hparams_path(model_dir):

@@ -9,6 +9,7 @@ reloads) the joint SentencePiece vocabulary of a run.
 """
 
 import dataclasses
+import difflib
 import os
 
 import tensorflow as tf
@@ -203,14 +204,30 @@ def load_split(spec, split="train"):
                        num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def _tfds_name_error(name, error, known):
+    """One short line for a TFDS name that does not load: the closest
+    dataset names (TFDS's own message lists all of them, 2,000 characters),
+    or, for a known dataset, the first sentence of TFDS's reason."""
+    base = name.split("/")[0].split(":")[0]
+    if base in known:
+        reason = str(error).split(". ")[0].strip()
+        return f"TFDS dataset {name!r} does not load: {reason}"
+    close = difflib.get_close_matches(base, known, n=5, cutoff=0.6)
+    hint = (f"; the closest: {', '.join(close)}" if close
+            else "; tfds.list_builders() lists them")
+    return (f"Unknown TFDS dataset {name!r} (no dataset of that name among "
+            f"the {len(known)} of tensorflow-datasets{hint})")
+
+
 def _load_tfds(spec, split):
     import tensorflow_datasets as tfds
 
     try:
         builder = tfds.builder(spec.name, data_dir=spec.data_dir)
     except Exception as error:  # TFDS raises several kinds for bad names.
-        raise ValueError(f"Unknown TFDS dataset {spec.name!r}: "
-                         f"{error}") from None
+        raise ValueError(_tfds_name_error(
+            spec.name, error, tfds.list_builders(
+                with_community_datasets=False))) from None
     features = builder.info.features
     keys = list(features.keys()) if hasattr(features, "keys") else []
     missing = [k for k in (spec.source_language, spec.target_language)

@@ -252,6 +252,18 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
         self.sliding_window = sliding_window
         self.supports_masking = True
 
+    def __call__(self, queries, *args, **kwargs):
+        # The inputs' dtype is checked before Keras builds the layer from
+        # their shapes, so a tensor of strings is refused for its dtype,
+        # naming its argument, not for a rank or a Dense error. Ints and
+        # bools are cast, as keras.layers.MultiHeadAttention casts them.
+        inputs = dict(zip(("keys", "values"), args[:2]))
+        inputs.update((name, kwargs[name]) for name in ("keys", "values")
+                      if kwargs.get(name) is not None)
+        for name, x in dict(queries=queries, **inputs).items():
+            _check_numeric(name, x)
+        return super().__call__(queries, *args, **kwargs)
+
     def build(self, queries_shape, keys_shape=None, values_shape=None):
         keys_shape = queries_shape if keys_shape is None else keys_shape
         if values_shape is not None:
@@ -466,3 +478,15 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
         )
         config.update(arguments.serialize_dense_options(self._dense_options()))
         return with_sublayer_policies(self, config)
+
+
+def _check_numeric(name, x):
+    if x is None or not hasattr(x, "dtype"):
+        return
+    dtype = str(getattr(x.dtype, "name", x.dtype))
+    if dtype in ("string", "object") or dtype.startswith(("<U", "str")):
+        raise validation.invalid_argument(
+            name, "a numeric tensor (floating point; ints and bools are "
+            "cast, as keras.layers.MultiHeadAttention casts them)",
+            f"<tensor of dtype {dtype} and shape "
+            f"{validation.shape_of(x)}>", _CONTEXT)

@@ -168,6 +168,16 @@ class Transformer(keras.Model):
     # ------------------------------------------------------------------
     # Building and the training-time forward pass.
 
+    def __call__(self, inputs, *args, **kwargs):
+        # Checked where the user's call enters, before Keras builds the
+        # model from the shapes: a bad first call would otherwise fail in
+        # an inner layer, naming its argument, and leave the model half
+        # built. Dtype first, then rank (`_check_ids`).
+        source, target_in = _pair(inputs, "inputs")
+        self._check_ids("source", source, values=False)
+        self._check_ids("target_in", target_in, values=False)
+        return super().__call__(inputs, *args, **kwargs)
+
     def build(self, inputs_shape):
         source_shape, target_shape = _pair(inputs_shape, "inputs_shape")
         width = self.num_units
@@ -360,10 +370,18 @@ class Transformer(keras.Model):
         if not hasattr(ids, "dtype"):
             ids = ops.convert_to_tensor(ids)
         shape = validation.shape_of(ids)
-        dtype = keras.backend.standardize_dtype(ids.dtype)
-        if "int" not in dtype or len(shape) != 2:
+        try:
+            dtype = keras.backend.standardize_dtype(ids.dtype)
+        except ValueError:  # NumPy strings: not a Keras dtype at all.
+            dtype = str(ids.dtype)
+        if "int" not in dtype:
             raise validation.invalid_argument(
                 name, "int token ids of shape [B, T]",
+                f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT,
+            )
+        if len(shape) != 2:
+            raise validation.invalid_argument(
+                name, "int token ids of shape [B, T] (rank 2)",
                 f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT,
             )
         if shape[1] is not None and shape[1] > self.max_length:
