@@ -89,11 +89,11 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 import hparams as hparams_sets  # noqa: E402
-from tfattn import commands  # noqa: E402
+from tfattn.cli import commands  # noqa: E402
 from tfattn import config  # noqa: E402
-from tfattn import distribute  # noqa: E402
-from tfattn import errors  # noqa: E402
-from tfattn import run_dir  # noqa: E402
+from tfattn.training import distribute  # noqa: E402
+from tfattn.cli import errors  # noqa: E402
+from tfattn.training import run_dir  # noqa: E402
 from tfattn import training  # noqa: E402
 from tfattn.data import sources  # noqa: E402
 

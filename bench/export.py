@@ -2,7 +2,8 @@
 
 One process, one model (random weights, so every row decodes to its length
 limit), the same sentences:
-- `python`: `tfattn.translate.translate_texts` (tokenisation, `generate`,
+- `python`: `tfattn.decoding.translate.translate_texts` (tokenisation,
+`generate`,
   detokenisation), without XLA and with `jit_compile=True`;
 - `saved_model`: the export's `serving_default` signature (string in,
   string out, all in one graph), loaded back with `tf.saved_model.load`;
@@ -33,7 +34,7 @@ from tfattn import export  # noqa: E402
 from tfattn.data import numbers_splits  # noqa: E402
 from tfattn.data import train_tokenizer  # noqa: E402
 from _timing import best_times  # noqa: E402
-from tfattn.translate import translate_texts  # noqa: E402
+from tfattn.decoding.translate import translate_texts  # noqa: E402
 
 
 # The random-weight model, its tokenizer, the decoding settings (kwargs of

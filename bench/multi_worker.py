@@ -37,7 +37,7 @@ def worker(args):
 
     import hparams
     from tfattn import config
-    from tfattn import distribute
+    from tfattn.training import distribute
     from tfattn import training
     from _timing import best_times
 

@@ -15,7 +15,8 @@ Part 2, with `--model_dir`: a trained model, text in and text out on the
 first `--sentences` lines of `--texts`, each path with its own stopping
 (EOS); tokens are the output's SentencePiece pieces:
 
-- `tfattn XLA`: `tfattn.translate.translate_texts(..., jit_compile=True)`;
+- `tfattn XLA`: `tfattn.decoding.translate.translate_texts(...,
+jit_compile=True)`;
 - `SavedModel`, `SavedModel jit`: `export_translator` (default, and
   `jit_compile=True`), called through `serving_default`;
 - `ct2 float32`, `ct2 int8`: `to_ctranslate2`, `load_ctranslate2`.
@@ -50,7 +51,7 @@ import tfattn  # noqa: E402
 from tfattn import export  # noqa: E402
 from tfattn.export import ctranslate2 as ct2_export  # noqa: E402
 from tfattn.export import ctranslate2_spec  # noqa: E402
-from tfattn.translate import translate_texts  # noqa: E402
+from tfattn.decoding.translate import translate_texts  # noqa: E402
 from _timing import best_times  # noqa: E402
 
 
@@ -213,8 +214,8 @@ def translate_all(translate, texts, batch):
 
 
 def part_trained(args):
-    from tfattn import evaluation
-    from tfattn import run_dir
+    from tfattn.decoding import evaluation
+    from tfattn.training import run_dir
 
     model, tokenizer, _ = run_dir.restore_model(
         args.model_dir, average_last=args.average_checkpoints

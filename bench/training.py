@@ -15,7 +15,8 @@ process; the best round of each is reported, in target tokens per second.
 
 `--tfattn_policy` (default `auto`) gives tfattn the dtype policy that
 `train.py --mixed_precision=auto` picks for this model on this machine
-(`tfattn.precision.choose`, printed with its reason) while keras-hub keeps
+(`tfattn.training.precision.choose`, printed with its reason) while keras-hub
+keeps
 `--policies`: the speed a user of each gets without choosing. `same` runs
 tfattn in keras-hub's policy, the like-for-like comparison.
 """
@@ -106,7 +107,7 @@ def auto_policy(args):
     """(policy, reason) that `train.py --mixed_precision=auto` takes here."""
     from hparams import base
 
-    from tfattn import precision
+    from tfattn.training import precision
 
     hp = dataclasses.replace(
         base.HPARAMS,

@@ -1,4 +1,4 @@
-"""Peak resident memory of training against `tfattn.memory`'s estimate.
+"""Peak resident memory of training against `tfattn.training.memory`'s estimate.
 
 TensorFlow's CPU allocator keeps no peak counter, so each row runs in a
 child process and its peak resident set size (`ru_maxrss` of that child,
@@ -101,7 +101,7 @@ def _peak_of(command):
 def step_rows(only=None):
     """The STEP_ROWS whose set name or overrides contain `only` (all for
     None), measured one by one."""
-    from tfattn import memory
+    from tfattn.training import memory
 
     for name, overrides, vocab, rows, length, policy in STEP_ROWS:
         if only and only not in f"{name} {overrides}":
@@ -214,7 +214,7 @@ def main():
     if args.child:
         child(*json.loads(args.child))
         return
-    from tfattn import memory
+    from tfattn.training import memory
 
     print(
         "| run | batch | vocab | policy | peak RSS GiB | estimate GiB "

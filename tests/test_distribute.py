@@ -1,4 +1,5 @@
-"""Tests of `tfattn.distribute`: strategies by name, TF_CONFIG, TPUs and
+"""Tests of `tfattn.training.distribute`: strategies by name, TF_CONFIG, TPUs
+and
 each replica's share of the batch."""
 
 import pytest
@@ -6,7 +7,7 @@ import tensorflow as tf
 
 import hparams
 from tfattn import config
-from tfattn import distribute
+from tfattn.training import distribute
 
 
 def test_unknown_strategy_is_refused():

@@ -21,8 +21,8 @@ from tests.test_train_cli import REPO
 from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
 from tests.test_train_errors import _main
 from tfattn import config
-from tfattn import errors
-from tfattn import files
+from tfattn.cli import errors
+from tfattn.utils import files
 from tfattn.data import sources
 
 HEX = "0123456789abcdef" * 2
@@ -44,7 +44,7 @@ def test_an_export_killed_mid_write_is_cleared_by_the_next(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {REPO!r})
-        from tfattn import files
+        from tfattn.utils import files
         with files.directory_written_atomically({str(target)!r}, False) as d:
             open(os.path.join(d, "half"), "w").write("half an export")
             print("WRITING", flush=True)

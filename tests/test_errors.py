@@ -1,10 +1,10 @@
-"""`tfattn.errors.command_line_failure`: the one boundary that `train.py`
+"""`tfattn.cli.errors.command_line_failure`: the one boundary that `train.py`
 and `python -m tfattn.visualize` end their failures with."""
 
 import pytest
 import tensorflow as tf
 
-from tfattn import errors
+from tfattn.cli import errors
 
 
 class _Expected(RuntimeError):

@@ -12,8 +12,8 @@ import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 import tfattn
-from tfattn import evaluation
-from tfattn import translate
+from tfattn.decoding import evaluation
+from tfattn.decoding import translate
 from tfattn.data import load_tokenized_references
 from tfattn.data import numbers_splits
 from tfattn.data import train_tokenizer

@@ -21,7 +21,7 @@ from tfattn import export
 from tfattn.export import saved_model
 from tfattn.data import numbers_splits
 from tfattn.data import train_tokenizer
-from tfattn.translate import translate_texts
+from tfattn.decoding.translate import translate_texts
 
 BEAM = 2
 EXTRA = 5

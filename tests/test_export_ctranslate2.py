@@ -16,16 +16,16 @@ import tensorflow as tf
 
 import hparams
 import tfattn
-from tfattn import commands
+from tfattn.cli import commands
 from tfattn import config
 from tfattn import export
-from tfattn import run_dir
+from tfattn.training import run_dir
 from tfattn import training
 from tfattn.data import numbers_splits
 from tfattn.data import sources
 from tfattn.data import train_tokenizer
 from tfattn.export import ctranslate2 as ct2_export
-from tfattn.translate import translate_texts
+from tfattn.decoding.translate import translate_texts
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

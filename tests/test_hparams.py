@@ -11,7 +11,7 @@ import pytest
 
 import hparams
 from tfattn import config
-from tfattn import overrides
+from tfattn.config import overrides
 from tfattn.config import HParams
 
 

@@ -1,4 +1,5 @@
-"""`tfattn.memory`: the training step's memory estimate and the refusal of
+"""`tfattn.training.memory`: the training step's memory estimate and the
+refusal of
 hparams that cannot fit. (The estimate against measured peaks:
 `bench/training_memory.py`.)"""
 
@@ -10,8 +11,8 @@ from absl import flags
 import hparams
 import train
 from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
-from tfattn import memory
-from tfattn import run_dir
+from tfattn.training import memory
+from tfattn.training import run_dir
 
 FLAGS = flags.FLAGS
 GiB = 2**30

@@ -1,6 +1,6 @@
 """Nothing lost in a model directory: one process at a time (`run_dir.hold`),
 checkpoints found without their index and past a truncated one
-(`tfattn.checkpoints`), and no restart from step 0 over trained
+(`tfattn.training.checkpoints`), and no restart from step 0 over trained
 checkpoints."""
 
 import json
@@ -17,8 +17,8 @@ import tensorflow as tf
 from tests.test_training import TEST_HPARAMS
 from tests.test_training import checkpoint_steps
 from tests.test_training import checkpoint_value
-from tfattn import checkpoints
-from tfattn import run_dir
+from tfattn.training import checkpoints
+from tfattn.training import run_dir
 from tfattn import training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,7 +107,7 @@ def test_the_lock_is_reentrant_and_refuses_another_process(tmp_path):
         script = textwrap.dedent(f"""
             import sys
             sys.path.insert(0, {REPO!r})
-            from tfattn import run_dir
+            from tfattn.training import run_dir
             try:
                 with run_dir.hold({str(model_dir)!r}):
                     pass

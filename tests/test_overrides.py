@@ -1,4 +1,4 @@
-"""The `--hparams_overrides` parser (`tfattn.overrides`): the number
+"""The `--hparams_overrides` parser (`tfattn.config.overrides`): the number
 spellings `ast.literal_eval` reads and those overrides refuse."""
 
 import math
@@ -8,7 +8,7 @@ import pytest
 
 import hparams
 from tfattn import config
-from tfattn import overrides
+from tfattn.config import overrides
 
 
 def _parse(text):

@@ -1,4 +1,5 @@
-"""`tfattn.precision`: `--mixed_precision=auto` takes bfloat16 only where
+"""`tfattn.training.precision`: `--mixed_precision=auto` takes bfloat16 only
+where
 this machine runs it faster."""
 
 import json
@@ -11,8 +12,8 @@ from absl import flags
 
 import train
 from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
-from tfattn import memory
-from tfattn import precision
+from tfattn.training import memory
+from tfattn.training import precision
 from tfattn import training
 
 FLAGS = flags.FLAGS

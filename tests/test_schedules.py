@@ -166,7 +166,7 @@ def test_cosine_hparams_schedule_matches_the_formula():
     import dataclasses
 
     import hparams
-    from tfattn import optimization
+    from tfattn.training import optimization
 
     hp = dataclasses.replace(
         hparams.get("tiny"),

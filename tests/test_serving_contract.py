@@ -12,7 +12,7 @@ import tfattn
 from tfattn import export
 from tfattn.data import numbers_splits
 from tfattn.data import train_tokenizer
-from tfattn.translate import translate_texts
+from tfattn.decoding.translate import translate_texts
 
 pytest.importorskip("ctranslate2")
 

@@ -17,12 +17,12 @@ from absl.testing import flagsaver
 
 import hparams
 import train
-from tfattn import commands
+from tfattn.cli import commands
 from tfattn import config
-from tfattn import run_dir
-from tfattn.files import write_text_atomically
+from tfattn.training import run_dir
+from tfattn.utils.files import write_text_atomically
 from tfattn import training
-from tfattn import translate
+from tfattn.decoding import translate
 
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -581,7 +581,7 @@ def _saved_run(tmp_path, monkeypatch):
         seen["export"] = dict(kwargs, export_dir=export_dir)
         return export_dir
 
-    from tfattn import evaluation
+    from tfattn.decoding import evaluation
     from tfattn import export
 
     monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
@@ -693,9 +693,9 @@ def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_library_never_imports_the_hparams_sets(tmp_path):
     script = (
-        "import sys, tfattn, tfattn.training, tfattn.evaluation, "
-        "tfattn.export, tfattn.translate, tfattn.run_dir, "
-        "tfattn.distribute, tfattn.config, tfattn.data.sources; "
+        "import sys, tfattn, tfattn.training, tfattn.decoding.evaluation, "
+        "tfattn.export, tfattn.decoding.translate, tfattn.training.run_dir, "
+        "tfattn.training.distribute, tfattn.config, tfattn.data.sources; "
         "print('hparams' in sys.modules)"
     )
     out = subprocess.run(

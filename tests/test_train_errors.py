@@ -13,11 +13,11 @@ from absl import flags
 import train
 from tests.test_train_cli import REPO
 from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
-from tfattn import checkpoints
-from tfattn import evaluation
+from tfattn.training import checkpoints
+from tfattn.decoding import evaluation
 from tfattn import export
 from tfattn import losses
-from tfattn import run_dir
+from tfattn.training import run_dir
 from tfattn import training
 
 FLAGS = flags.FLAGS

@@ -20,7 +20,7 @@ from tests.harness import FLOAT32_EPS as EPS
 from tests.harness import loss_rtol
 from tests.harness import uneven_translation_batches
 from tfattn import config
-from tfattn import run_dir
+from tfattn.training import run_dir
 from tfattn import training
 from tfattn.data import EOS_ID
 from tfattn.data import sources
@@ -129,7 +129,7 @@ def test_validation_bleu_is_greedy_bleu_of_the_first_pairs(trained):
     translations of the first `eval_sentences` validation pairs."""
     import sacrebleu
 
-    from tfattn import translate
+    from tfattn.decoding import translate
     from tfattn.data import sources
 
     result, model_dir, _ = trained
@@ -510,7 +510,7 @@ _WORKER_SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     import hparams
     from tfattn import config
-    from tfattn import distribute
+    from tfattn.training import distribute
     from tfattn import training
 
     # TF_CONFIG names the cluster and this worker's place in it.

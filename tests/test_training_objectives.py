@@ -1,4 +1,4 @@
-"""Tests of the training objectives (`tfattn.training_step`): the plain
+"""Tests of the training objectives (`tfattn.training.step`): the plain
 label-smoothed cross-entropy and R-Drop's (Liang et al. 2021), each against
 NumPy written from the formulas, and `hp.rdrop_alpha`'s checks."""
 
@@ -13,9 +13,9 @@ import hparams
 from tests import reference_numpy as ref
 from tests.harness import uneven_translation_batches
 from tfattn import config
-from tfattn import memory
+from tfattn.training import memory
 from tfattn import training
-from tfattn import training_step
+from tfattn.training import step as training_step
 
 HP = config.parse_overrides(hparams.get("tiny"),
                             "num_layers=1,dropout_rate=0.1")

@@ -1,7 +1,7 @@
 """`multihead_attention`: the referenced TF1 function's signature, on
 Keras 3."""
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
 

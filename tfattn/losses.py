@@ -32,7 +32,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 
 _CONTEXT = "smoothed_cross_entropy"
 _KL_CONTEXT = "symmetric_kl_sum"

@@ -5,7 +5,7 @@ import numbers
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 
 _CONTEXT = "NoamSchedule"
 

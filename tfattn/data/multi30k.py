@@ -39,8 +39,8 @@ from etils import epath
 
 from tfattn.data.textfiles import ParallelDataError
 from tfattn.data.textfiles import decode_lines
-from tfattn.validation import check_choice
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import check_choice
+from tfattn.utils.validation import invalid_argument
 
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
 URL_BASE = (

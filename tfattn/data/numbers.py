@@ -26,8 +26,8 @@ import functools
 import numpy as np
 
 from tfattn.data.pipeline import pairs_to_dataset
-from tfattn.validation import check_choice
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import check_choice
+from tfattn.utils.validation import invalid_argument
 
 SPLITS = ("train", "validation", "test")
 

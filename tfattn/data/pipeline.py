@@ -25,8 +25,8 @@ import tensorflow as tf
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import PAD_ID
-from tfattn.validation import check_positive_int
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import invalid_argument
 
 
 def pairs_to_dataset(pairs, source_key="inputs", target_key="targets"):

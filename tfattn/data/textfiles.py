@@ -27,7 +27,7 @@ with `path:line:` where a line is at fault:
 import tensorflow as tf
 
 from tfattn.data.pipeline import pairs_to_dataset
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import invalid_argument
 
 DEFAULT_SPLITS = ("train", "validation", "test")
 

@@ -25,11 +25,11 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
 
-from tfattn.files import write_files_atomically
-from tfattn.validation import check_choice
-from tfattn.validation import check_positive_int
-from tfattn.validation import check_rate
-from tfattn.validation import invalid_argument
+from tfattn.utils.files import write_files_atomically
+from tfattn.utils.validation import check_choice
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import check_rate
+from tfattn.utils.validation import invalid_argument
 
 PAD_ID = 0
 UNK_ID = 1

@@ -18,7 +18,7 @@ import numpy as np
 from tfattn.data.pipeline import make_batches
 from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
-from tfattn.distribute import per_replica_batch
+from tfattn.training.distribute import per_replica_batch
 
 # Training pairs whose lengths `sample_lengths` reads (the split's first).
 LENGTH_SAMPLE_PAIRS = 4096

@@ -1,7 +1,8 @@
 """The serving contract that every tfattn translator keeps.
 
 The SavedModel (`load_translator`), the CTranslate2 directory
-(`load_ctranslate2`) and the Python path (`tfattn.translate.translate_texts`)
+(`load_ctranslate2`) and the Python path
+(`tfattn.decoding.translate.translate_texts`)
 answer the same input the same way; `tests/test_serving_contract.py` runs one
 set of cases against each engine.
 
@@ -28,7 +29,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tfattn.data.tokenizer import PAD_ID
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import invalid_argument
 
 __all__ = ["Translations", "checked_texts", "empty_source_rows",
            "utf8_checked"]

@@ -33,16 +33,16 @@ Where the two engines differ (say it before you compare them):
 
 import json
 import os
-from tfattn import files
+from tfattn.utils import files
 from tfattn.export import ctranslate2_spec
 from tfattn.export.contract import Translations
 from tfattn.export.contract import checked_texts
 from tfattn.export.int8_cpu import int8_is_faithful
-from tfattn.translate import decode_lengths
-from tfattn.translate import model_proto_of
-from tfattn.validation import check_non_negative_float
-from tfattn.validation import check_positive_int
-from tfattn.validation import invalid_argument
+from tfattn.decoding.translate import decode_lengths
+from tfattn.decoding.translate import model_proto_of
+from tfattn.utils.validation import check_non_negative_float
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import invalid_argument
 
 _CONTEXT = "to_ctranslate2"
 VOCAB_FILENAME = "spm.model"

@@ -22,7 +22,7 @@ the export's 8-bit values, dequantized once at load.
 import os
 import platform
 
-from tfattn.precision import cpu_flags
+from tfattn.training.precision import cpu_flags
 
 __all__ = ["INT8_DOT_PRODUCT_FLAGS", "int8_is_faithful"]
 

@@ -44,17 +44,17 @@ import os
 
 import tensorflow as tf
 
-from tfattn import files
+from tfattn.utils import files
 from tfattn.export import contract
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
-from tfattn.translate import decode_lengths
-from tfattn.translate import encode_for_translation
-from tfattn.translate import model_proto_of
-from tfattn.validation import check_non_negative_float
-from tfattn.validation import check_positive_int
-from tfattn.validation import invalid_argument
+from tfattn.decoding.translate import decode_lengths
+from tfattn.decoding.translate import encode_for_translation
+from tfattn.decoding.translate import model_proto_of
+from tfattn.utils.validation import check_non_negative_float
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import invalid_argument
 
 _CONTEXT = "export_translator"
 KERAS_FILENAME = "model.keras"
@@ -71,7 +71,7 @@ class Translator(tf.Module):
         model_proto: bytes. Its serialized SentencePiece model.
         beam_size, alpha, extra_length: decoding settings, fixed in the
             graph.
-        max_source_length: int or None. See `tfattn.evaluation.
+        max_source_length: int or None. See `tfattn.decoding.evaluation.
             decode_lengths`.
         jit_compile: bool. Run `serving_default`'s search under XLA, with
             sources padded to `max_source_length` (one compilation per

@@ -4,7 +4,7 @@
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.attention_base import ScoredAttentionBase
 from tfattn.ops.attention import masked_softmax
 

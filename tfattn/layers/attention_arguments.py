@@ -4,7 +4,7 @@ its masks, projection options and cache writes)."""
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.initializers import initializer_arguments
 
 _CONTEXT = "MultiHeadAttention"

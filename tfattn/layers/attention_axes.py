@@ -24,7 +24,7 @@ import numbers
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
 from tfattn.ops import masking
 

@@ -25,7 +25,7 @@ same scoring function, with the same weights, scores each head.
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.ops import masking
 
 SCORES = ("dot", "scaled_dot", "additive", "bilinear")

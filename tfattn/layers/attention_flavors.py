@@ -21,7 +21,7 @@ heads, d_v = per-head value width.
 
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.ops import masking

@@ -2,14 +2,14 @@
 
 import keras
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.quantization import with_sublayer_policies
-from tfattn.validation import FLAVORS
+from tfattn.utils.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
 # Layer-norm epsilon when none is given: the references put 1e-8 inside the

@@ -2,7 +2,7 @@
 
 import keras
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.decoder_block import DecoderBlock
 from tfattn.layers.encoder import Encoder
 

@@ -4,7 +4,7 @@ feed-forward."""
 import keras
 import tensorflow as tf
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.block_base import BlockBase
 from tfattn.ops import masking
 

@@ -2,7 +2,7 @@
 
 import keras
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.block_base import BlockBase
 from tfattn.layers.encoder_block import EncoderBlock
 

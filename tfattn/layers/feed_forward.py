@@ -2,7 +2,7 @@
 
 import keras
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments

@@ -4,7 +4,7 @@ by sampling from it, trained by REINFORCE or straight-through."""
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.attention_base import ScoredAttentionBase
 from tfattn.ops.attention import masked_softmax
 from tfattn.ops.masking import REFERENCE_MASK_VALUE

@@ -8,7 +8,7 @@ one kernel; `fresh_initializers` hands each sublayer its own copy (as
 
 import keras
 
-from tfattn import validation
+from tfattn.utils import validation
 
 
 def initializer_arguments(context, **named):

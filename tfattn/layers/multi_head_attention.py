@@ -6,7 +6,7 @@ import keras
 from keras import ops
 from keras.src import backend as keras_backend
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
 from tfattn.layers import attention_axes as axes_lib
 from tfattn.layers import attention_flavors
@@ -15,7 +15,7 @@ from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
-from tfattn.validation import FLAVORS
+from tfattn.utils.validation import FLAVORS
 
 _CONTEXT = "MultiHeadAttention"
 

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 
 KINDS = ("sinusoid", "sinusoid_2017", "learned")
 PADDING_MODES = (None, "reference_2019", "reference_2017")

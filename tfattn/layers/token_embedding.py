@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from tfattn import validation
+from tfattn.utils import validation
 
 _CONTEXT = "TokenEmbedding"
 

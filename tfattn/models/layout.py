@@ -3,7 +3,7 @@ checks that run before any sublayer exists."""
 
 import keras
 
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.block_base import block_arguments
 
 _CONTEXT = "Transformer"

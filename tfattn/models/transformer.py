@@ -6,7 +6,7 @@ import tensorflow as tf
 from keras import ops
 
 from tfattn import decoding
-from tfattn import validation
+from tfattn.utils import validation
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder

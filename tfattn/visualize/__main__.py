@@ -19,7 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tfattn import errors
+from tfattn.cli import errors
 from tfattn.visualize.cli import run
 
 flags.DEFINE_string("model_dir", None, "A model directory train.py trained.")

@@ -4,7 +4,7 @@ flags, so that tests and scripts can call `run` directly."""
 import io
 import os
 
-from tfattn.files import write_files_atomically
+from tfattn.utils.files import write_files_atomically
 
 def parse_indices(flag, text, count, what):
     """"all" or "i,j,..." -> sorted indices in [0, count)."""
@@ -34,7 +34,7 @@ def run(model_dir, text, output_dir, layers="all", heads="all",
     import numpy as np
 
     from tfattn import config
-    from tfattn import run_dir
+    from tfattn.training import run_dir
     from tfattn import visualize
 
     if not text.strip():

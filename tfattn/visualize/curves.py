@@ -19,8 +19,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tfattn.files import write_files_atomically
-from tfattn.validation import invalid_argument
+from tfattn.utils.files import write_files_atomically
+from tfattn.utils.validation import invalid_argument
 from tfattn.visualize.plot import require_matplotlib
 
 _CONTEXT = "curves"

@@ -27,8 +27,8 @@ import re
 
 import numpy as np
 
-from tfattn.files import write_text_atomically
-from tfattn.validation import invalid_argument
+from tfattn.utils.files import write_text_atomically
+from tfattn.utils.validation import invalid_argument
 
 KINDS = ("encoder", "decoder", "cross")
 # Kind -> (query tokens, key tokens): which sentence is on which side.

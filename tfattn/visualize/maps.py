@@ -14,11 +14,11 @@ import tensorflow as tf
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import SubwordTokenizer
-from tfattn.translate import decode_lengths
-from tfattn.translate import encode_for_translation
-from tfattn.translate import generate_fn
-from tfattn.translate import model_proto_of
-from tfattn.validation import invalid_argument
+from tfattn.decoding.translate import decode_lengths
+from tfattn.decoding.translate import encode_for_translation
+from tfattn.decoding.translate import generate_fn
+from tfattn.decoding.translate import model_proto_of
+from tfattn.utils.validation import invalid_argument
 from tfattn.visualize.plot import plot_attention
 
 KINDS = ("encoder", "decoder", "cross")

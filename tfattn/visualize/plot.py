@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 
-from tfattn.files import write_files_atomically
-from tfattn.validation import invalid_argument
+from tfattn.utils.files import write_files_atomically
+from tfattn.utils.validation import invalid_argument
 
 _CONTEXT = "plot_attention"
 

@@ -10,7 +10,7 @@
 - `from_reference_checkpoint(path)` / `load_reference_checkpoint(model,
   path)`: a checkpoint written by the referenced TF1 code -> a
   `reference_2017` / `reference_2019` `Transformer`
-  (tfattn/reference_checkpoint.py).
+  (tfattn/interop/reference_checkpoint.py).
 - `from_keras_hub(block)` / `to_keras_hub(block)`: keras-hub's
   `TransformerEncoder` / `TransformerDecoder` <-> tfattn's paper-flavour
   `EncoderBlock` / `DecoderBlock` (attention through `from_keras`, layer
@@ -38,9 +38,9 @@ import keras
 import numpy as np
 
 from tfattn.layers.multi_head_attention import MultiHeadAttention
-from tfattn.reference_checkpoint import from_reference_checkpoint
-from tfattn.reference_checkpoint import load_reference_checkpoint
-from tfattn.validation import invalid_argument
+from tfattn.interop.reference_checkpoint import from_reference_checkpoint
+from tfattn.interop.reference_checkpoint import load_reference_checkpoint
+from tfattn.utils.validation import invalid_argument
 
 __all__ = ["from_keras", "to_keras", "from_keras_hub", "to_keras_hub",
            "from_reference_checkpoint", "load_reference_checkpoint"]

@@ -37,9 +37,9 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfattn.validation import check_non_negative_float
-from tfattn.validation import check_positive_int
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import check_non_negative_float
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import invalid_argument
 
 # Score of an empty or dead slot. Finite (not -inf) so that sums and
 # comparisons never give NaN; any log-prob at or below _DEAD_THRESHOLD is

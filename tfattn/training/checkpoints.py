@@ -22,8 +22,8 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from tfattn import errors
-from tfattn.files import write_text_atomically
+from tfattn.cli import errors
+from tfattn.utils.files import write_text_atomically
 
 CHECKPOINT_NAME = "ckpt"
 _STEP = re.compile(rf"{CHECKPOINT_NAME}-(\d+)$")

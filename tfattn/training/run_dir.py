@@ -3,7 +3,8 @@ model they hold.
 
     model_dir/hparams.json          the resolved hparams (reused on resume)
     model_dir/precision.json        the precision chosen at the first start
-                                    (`tfattn.precision`, reused on resume)
+                                    (`tfattn.training.precision`, reused on
+                                    resume)
     model_dir/spm.model, spm.vocab  the joint SentencePiece vocabulary
     model_dir/ckpt-<step>.*         checkpoints (model, optimizer, step)
     model_dir/.lock                 who is using it (`hold`)
@@ -26,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfattn import checkpoints
+from tfattn.training import checkpoints
 from tfattn import config
 from tfattn.data.tokenizer import load_tokenizer
 from tfattn.models import Transformer

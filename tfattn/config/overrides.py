@@ -14,7 +14,7 @@ code, after a check that the text holds only a decimal number's characters.
 Example:
 
 ```python
-from tfattn import overrides
+from tfattn.config import overrides
 
 hp = overrides.parse_overrides(hp, "num_heads=2,flavor='paper'")
 ```
@@ -25,7 +25,7 @@ import dataclasses
 import re
 import typing
 
-from tfattn import validation
+from tfattn.utils import validation
 
 # The characters an unquoted string may hold; others need quotes.
 _BARE_WORD = re.compile(r"[A-Za-z0-9_.:/+\-]+\Z")

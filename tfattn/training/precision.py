@@ -16,7 +16,8 @@ this machine runs it faster, float32 otherwise.
 
 The probe measures what will run: the run's real vocabulary, rows of the
 training data's mean length, at most `PROBE_TOKENS` tokens and a batch
-whose estimated step (`tfattn.memory`) stays within `PROBE_MEMORY_SHARE` of
+whose estimated step (`tfattn.training.memory`) stays within
+`PROBE_MEMORY_SHARE` of
 physical memory; the float32 trainer is released before the bfloat16 one
 is built. It never ends a run: out of memory, it keeps float32 and says so.
 
@@ -38,8 +39,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn import config
-from tfattn import memory
-from tfattn.files import write_text_atomically
+from tfattn.training import memory
+from tfattn.utils.files import write_text_atomically
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.1
 # Narrower models are not measured: their matmuls are too small for the
@@ -119,12 +120,14 @@ def _random_state_kept():
 
 
 def step_speedup(hp, vocab_size, rows, length, steps=3):
-    """How much faster `train.py`'s training step (`training.build_trainer`:
-    the model, Adam, the label-smoothed loss) runs in mixed_bfloat16 than in
-    float32 here, on a random [rows, length] batch of a `vocab_size`
-    vocabulary. Best of `steps` steps after two that trace and warm up; the
-    float32 trainer is released before the bfloat16 one is built."""
-    from tfattn import training
+    """How much faster `train.py`'s training step
+    (`tfattn.training.step.build_trainer`: the model, Adam, the
+    label-smoothed loss) runs in mixed_bfloat16 than in float32 here, on a
+    random [rows, length] batch of a `vocab_size` vocabulary. Best of
+    `steps` steps after two that trace and warm up; the float32 trainer is
+    released before the bfloat16 one is built."""
+    # step imports this module's neighbours, not this module: no cycle.
+    from tfattn.training.step import build_trainer
 
     rng = np.random.default_rng(0)
     ids = rng.integers(4, vocab_size, (3, rows, length)).astype("int32")
@@ -134,7 +137,7 @@ def step_speedup(hp, vocab_size, rows, length, steps=3):
     times = {}
     with _random_state_kept():
         for policy in (None, "mixed_bfloat16"):
-            step = training.build_trainer(strategy, hp, vocab_size, seed=0,
+            step = build_trainer(strategy, hp, vocab_size, seed=0,
                                           mixed_precision=policy).train_step
             iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
             for _ in range(2):

@@ -3,7 +3,8 @@
 `train(hparams, dataset, model_dir, strategy, ...)` trains a
 `tfattn.Transformer` with the hparams' Adam and learning-rate schedule on a
 label-smoothed loss, and keeps everything a run needs in `model_dir` (see
-`tfattn.run_dir`), with TensorBoard scalars (loss, token accuracy, tokens
+`tfattn.training.run_dir`), with TensorBoard scalars (loss, token accuracy,
+tokens
 per second, learning rate) and the hparams as text in `model_dir/train/`.
 
 Why a custom loop: Keras 3 `fit` fails under `MultiWorkerMirroredStrategy`
@@ -50,29 +51,29 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfattn import checkpoints
+from tfattn.training import checkpoints
 from tfattn import config
-from tfattn import evaluation
-from tfattn import precision
-from tfattn.optimization import current_learning_rate
+from tfattn.decoding import evaluation
+from tfattn.training import precision
+from tfattn.training.optimization import current_learning_rate
 from tfattn.data import training_input
 from tfattn.data.tokenizer import save_tokenizer
-from tfattn.files import write_text_atomically
-from tfattn.distribute import is_chief
-from tfattn.distribute import num_workers
-from tfattn.distribute import remove_worker_dir
-from tfattn.distribute import worker_dir
-from tfattn.preemption import NonFiniteLossError
-from tfattn.preemption import StopRequest
-from tfattn.preemption import TrainingPreempted
-from tfattn.preparation import prepare_training
-from tfattn.run_dir import CHECKPOINT_NAME
-from tfattn.run_dir import hold
-from tfattn.run_dir import hparams_path
-from tfattn.run_dir import model_weights
-from tfattn.training_step import Trainer  # noqa: F401 (re-exported)
-from tfattn.training_step import build_trainer
-from tfattn.training_step import make_train_step  # noqa: F401
+from tfattn.utils.files import write_text_atomically
+from tfattn.training.distribute import is_chief
+from tfattn.training.distribute import num_workers
+from tfattn.training.distribute import remove_worker_dir
+from tfattn.training.distribute import worker_dir
+from tfattn.training.preemption import NonFiniteLossError
+from tfattn.training.preemption import StopRequest
+from tfattn.training.preemption import TrainingPreempted
+from tfattn.training.preparation import prepare_training
+from tfattn.training.run_dir import CHECKPOINT_NAME
+from tfattn.training.run_dir import hold
+from tfattn.training.run_dir import hparams_path
+from tfattn.training.run_dir import model_weights
+from tfattn.training.step import Trainer  # noqa: F401 (re-exported)
+from tfattn.training.step import build_trainer
+from tfattn.training.step import make_train_step  # noqa: F401
 
 # Steps timed after the first (compiling) one to project the run's length,
 # or fewer when they take more than TIMING_SECONDS.
@@ -144,8 +145,9 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
         epochs: int or None. Train for this many passes over the training
             split (counted in global batches); not with `steps`.
         mixed_precision: None, `"mixed_float16"` (with loss scaling),
-            `"mixed_bfloat16"`, or `"auto"` (`tfattn.precision.resolve`:
-            the choice recorded in `model_dir`, else measured).
+            `"mixed_bfloat16"`, or `"auto"`
+            (`tfattn.training.precision.resolve`: the choice recorded in
+            `model_dir`, else measured).
         jit_compile: bool. Compile the forward and backward pass with XLA;
             batches are then padded to `max_train_length` so shapes are
             static (also done on TPUs).

@@ -16,7 +16,8 @@ hp = config.parse_overrides(hp, "num_heads=2,dropout_rate=0.2")
 assert config.from_json(config.to_json(hp)) == hp
 ```
 
-`parse_overrides` (the override string syntax) lives in `tfattn.overrides`
+`parse_overrides` (the override string syntax) lives in
+`tfattn.config.overrides`
 and is re-exported here.
 """
 
@@ -25,10 +26,10 @@ import json
 import math
 import typing
 
-from tfattn.overrides import optional_type
-from tfattn.overrides import parse_overrides  # noqa: F401  (re-exported)
-from tfattn.validation import FLAVORS
-from tfattn.validation import invalid_argument
+from tfattn.config.overrides import optional_type
+from tfattn.config.overrides import parse_overrides  # noqa: F401  (re-exported)
+from tfattn.utils.validation import FLAVORS
+from tfattn.utils.validation import invalid_argument
 
 _CONTEXT = "HParams"
 POSITIONAL_ENCODINGS = ("sinusoid", "sinusoid_2017", "learned")
@@ -459,7 +460,7 @@ def differences(saved, requested, ignore=()):
 
 def decoding_kwargs(hp):
     """The hparams' decoding settings as the keyword arguments of
-    `tfattn.translate.translate_texts`, `evaluation.evaluate` and
+    `tfattn.decoding.translate.translate_texts`, `evaluation.evaluate` and
     `export.export_translator`: `beam_size`, `alpha`, `extra_length`."""
     return dict(beam_size=hp.beam_size, alpha=hp.decode_alpha,
                 extra_length=hp.decode_extra_length)

@@ -23,17 +23,17 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from tfattn import checkpoints
-from tfattn import memory
-from tfattn import precision
+from tfattn.training import checkpoints
+from tfattn.training import memory
+from tfattn.training import precision
 from tfattn.data import training_input
 from tfattn.data.sources import build_tokenizer
 from tfattn.data.sources import check_dataset
 from tfattn.data.sources import load_split
 from tfattn.data.sources import parse_dataset_spec
-from tfattn.distribute import is_chief
-from tfattn.distribute import per_replica_batch
-from tfattn.run_dir import resolve_hparams
+from tfattn.training.distribute import is_chief
+from tfattn.training.distribute import per_replica_batch
+from tfattn.training.run_dir import resolve_hparams
 
 MIXED_PRECISION = ("auto",) + precision.POLICIES
 

@@ -18,9 +18,9 @@ from tfattn.data.sources import load_pairs
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
-from tfattn.validation import check_non_negative_float
-from tfattn.validation import check_positive_int
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import check_non_negative_float
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import invalid_argument
 
 _CONTEXT = "translate"
 

@@ -3,7 +3,8 @@
 - `bleu`: corpus BLEU through sacreBLEU, with its signature.
 - `multi30k_tokenize`: a hypothesis lowercased, normalised and tokenised by
   sacremoses exactly as Multi30k's `tok/` references were made.
-- `evaluate`: translates an evaluation split (`tfattn.translate`), scores it
+- `evaluate`: translates an evaluation split (`tfattn.decoding.translate`),
+scores it
   and writes the translations and a metrics JSON into the model directory.
 
 Two BLEU scores, and why both:
@@ -40,10 +41,10 @@ import time
 import sacrebleu
 import tensorflow as tf
 
-from tfattn.files import write_text_atomically
-from tfattn.translate import translate_texts
-from tfattn.validation import check_choice
-from tfattn.validation import invalid_argument
+from tfattn.utils.files import write_text_atomically
+from tfattn.decoding.translate import translate_texts
+from tfattn.utils.validation import check_choice
+from tfattn.utils.validation import invalid_argument
 
 _CONTEXT = "evaluation"
 MOSES_LANGUAGES = ("de", "en")
@@ -222,7 +223,7 @@ def evaluate(model, tokenizer, pairs, model_dir, split_name, beam_size=4,
         target_language: `'de'`, `'en'` or None. Needed by the default
             `tokenized_hypothesis_fn`.
         batch_size, extra_length, max_source_length: as in
-            `tfattn.translate.translate_texts`.
+            `tfattn.decoding.translate.translate_texts`.
 
     Returns:
         dict: `split`, `num_sentences`, `beam_size`, `alpha`, `bleu`

@@ -36,7 +36,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from tfattn import validation
+from tfattn.utils import validation
 
 _CONTEXT = "reference checkpoint"
 _OPTIMIZER = re.compile(r"(^|/)(Adam(_\d+)?|beta[12]_power|global_step)$")

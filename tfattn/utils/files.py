@@ -16,7 +16,7 @@ import uuid
 
 import tensorflow as tf
 
-from tfattn.validation import invalid_argument
+from tfattn.utils.validation import invalid_argument
 
 
 def write_files_atomically(files):

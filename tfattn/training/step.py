@@ -1,6 +1,6 @@
 """The training step: the model and optimizer in a strategy's scope, and
 the distributed `train_step` over them (what `training.train` runs, what
-`tfattn.precision` times and what the bench scripts measure).
+`tfattn.training.precision` times and what the bench scripts measure).
 
 Every replica divides its summed loss by the *global* number of non-padding
 target tokens (an all-reduce of the label counts), and the optimizer sums
@@ -21,8 +21,8 @@ import tensorflow as tf
 from tfattn import losses
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.models import Transformer
-from tfattn.optimization import build_optimizer
-from tfattn.run_dir import build_model
+from tfattn.training.optimization import build_optimizer
+from tfattn.training.run_dir import build_model
 
 
 class CrossEntropyObjective:

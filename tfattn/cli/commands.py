@@ -22,14 +22,14 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from tfattn import checkpoints
+from tfattn.training import checkpoints
 from tfattn import config
-from tfattn import distribute
-from tfattn import errors
-from tfattn import memory
-from tfattn import precision
-from tfattn import preparation
-from tfattn import run_dir
+from tfattn.training import distribute
+from tfattn.cli import errors
+from tfattn.training import memory
+from tfattn.training import precision
+from tfattn.training import preparation
+from tfattn.training import run_dir
 from tfattn import training
 from tfattn.data import sources
 
@@ -58,7 +58,8 @@ class Command:
     # The requested set with its overrides; None resumes with the saved one.
     hparams: Optional[config.HParams] = None
     hparams_overrides: str = ""
-    # None (float32), a Keras policy name, or "auto" (`tfattn.precision`).
+    # None (float32), a Keras policy name, or "auto"
+    # (`tfattn.training.precision`).
     strategy: str = "default"
     tpu: Optional[str] = None
     mixed_precision: Optional[str] = None
@@ -202,7 +203,7 @@ def decoding_advice(decoding):
 
 
 def run_train(command, prepared, report=logging.info):
-    from tfattn import translate
+    from tfattn.decoding import translate
     with errors.guard_memory("training", lambda: training_advice(
             prepared.hparams, command.model_dir)):
         result = training.train_prepared(
@@ -229,7 +230,7 @@ def run_train(command, prepared, report=logging.info):
 
 def run_eval(command, report=logging.info):
     from tfattn import data
-    from tfattn import evaluation
+    from tfattn.decoding import evaluation
     spec, directory = command.dataset, command.model_dir
     decoding, average = decoding_settings(command)
     model, tokenizer, _ = run_dir.restore_model(directory,
