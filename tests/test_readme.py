@@ -1,5 +1,6 @@
-"""The README works as pasted: every Python snippet runs on its own (imports
-included), and `train.py --help` exits 0 without TensorFlow's banner."""
+"""The README and the guides work as pasted: every Python snippet of
+README.md and docs/guides/*.md runs on its own (imports included), and
+`train.py --help` exits 0 without TensorFlow's banner."""
 
 import os
 import re
@@ -17,18 +18,31 @@ EXPORT = "runs/tiny_numbers/export"
 EXPORT_CT2 = "runs/tiny_numbers/ctranslate2"
 
 
+GUIDES = os.path.join(REPO, "docs", "guides")
+
+
 def python_snippets():
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
-    return re.findall(r"```python\n(.*?)```", text, re.S)
+    """(page, snippet) for every Python block of the README and guides."""
+    pages = [README] + sorted(
+        os.path.join(GUIDES, name) for name in os.listdir(GUIDES)
+        if name.endswith(".md"))
+    snippets = []
+    for page in pages:
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        name = os.path.relpath(page, REPO)
+        snippets += [(name, s) for s in
+                     re.findall(r"```python\n(.*?)```", text, re.S)]
+    return snippets
 
 
 SNIPPETS = python_snippets()
 
 
-def test_the_readme_has_python_snippets():
-    assert len(SNIPPETS) >= 6
-    assert any(EXPORT in s for s in SNIPPETS)
+def test_the_readme_and_guides_have_python_snippets():
+    readme = [s for page, s in SNIPPETS if page == "README.md"]
+    assert len(readme) >= 4 and len(SNIPPETS) >= 14
+    assert any(EXPORT in s for s in readme)
 
 
 @pytest.fixture
@@ -70,14 +84,14 @@ def export_of_the_run_command(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
-    snippet = SNIPPETS[index]
+    page, snippet = SNIPPETS[index]
     if EXPORT in snippet or EXPORT_CT2 in snippet:
         request.getfixturevalue("export_of_the_run_command")
     else:
         monkeypatch.chdir(tmp_path)
     # A fresh namespace each: no snippet may lean on another's names.
     exec(
-        compile(snippet, f"README.md python snippet {index}", "exec"),
+        compile(snippet, f"{page} python snippet {index}", "exec"),
         {"__name__": "__readme__"},
     )
 
