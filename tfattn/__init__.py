@@ -38,6 +38,15 @@ from tfattn.schedules import NoamSchedule  # noqa: E402
 
 __version__ = "0.1.0"
 
+__all__ = [
+    "decoding", "interop", "layers", "losses", "ops", "schedules",
+    "multihead_attention", "Attention", "Decoder", "DecoderBlock", "Dropout",
+    "Encoder", "EncoderBlock", "FeedForward", "HardAttention",
+    "LayerNormalization", "MultiHeadAttention", "PositionalEncoding",
+    "TokenEmbedding", "LabelSmoothedCrossEntropy", "Transformer",
+    "NoamSchedule",
+]
+
 # The modules that lay flat in tfattn/ before the subpackages: importable
 # under their old names (`from tfattn import run_dir`, `import
 # tfattn.translate`), as the same module objects, loaded when first asked.

@@ -4,6 +4,8 @@ Keras 3."""
 from tfattn.utils import validation
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
+__all__ = ["multihead_attention"]
+
 
 def multihead_attention(
     queries,
@@ -53,6 +55,10 @@ def multihead_attention(
 
     Returns:
         [B, T_q, C].
+
+    Raises:
+        ValueError: `reuse` is neither None nor False, or `is_training` is
+            not True, False or None.
     """
     if reuse not in (None, False):
         raise validation.invalid_argument(

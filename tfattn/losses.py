@@ -34,6 +34,10 @@ from keras import ops
 
 from tfattn.utils import validation
 
+__all__ = ["LabelSmoothedCrossEntropy", "LossSums", "reinforce_loss",
+           "smoothed_cross_entropy", "smoothed_cross_entropy_sum",
+           "smoothed_cross_entropy_sums", "symmetric_kl_sum"]
+
 _CONTEXT = "smoothed_cross_entropy"
 _KL_CONTEXT = "symmetric_kl_sum"
 
@@ -92,6 +96,15 @@ def smoothed_cross_entropy_sum(
     """`(sum_loss, num_tokens)`: the first two of
     `smoothed_cross_entropy_sums` (same arguments), for callers that need
     no accuracy.
+
+    Args:
+        labels: integer tensor [...], the target ids.
+        logits: float tensor [..., V] (any float dtype).
+        epsilon: float in [0, 1). Label smoothing ε. Defaults to `0.1`.
+        pad_id: int or None. Targets equal to it are not counted. `None`
+            counts every target. Defaults to `0`.
+        weights: optional float tensor, a weight per target (see
+            `smoothed_cross_entropy_sums`).
 
     Returns:
         `(sum_loss, num_tokens)`, two float32 scalars.
@@ -333,6 +346,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         name="label_smoothed_cross_entropy",
         dtype=None,
     ):
+        """Checks the arguments (see the class docstring)."""
         epsilon = _check_epsilon(epsilon)
         pad_id = _check_pad_id(pad_id)
         denominator_epsilon = validation.check_non_negative_float(

@@ -7,6 +7,8 @@ from keras import ops
 
 from tfattn.utils import validation
 
+__all__ = ["NoamSchedule"]
+
 _CONTEXT = "NoamSchedule"
 
 
@@ -45,18 +47,17 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         scale: positive float. Multiplies the result in both forms.
             Defaults to `1.0`.
 
-    Example:
+    Example::
 
-    ```python
-    schedule = tfattn.schedules.NoamSchedule(peak_learning_rate=3e-4)
-    optimizer = keras.optimizers.Adam(schedule)
-    ```
+        schedule = tfattn.schedules.NoamSchedule(peak_learning_rate=3e-4)
+        optimizer = keras.optimizers.Adam(schedule)
     """
 
     def __init__(
         self, num_units=512, warmup_steps=4000, peak_learning_rate=None,
         scale=1.0
     ):
+        """Checks the arguments (see the class docstring)."""
         super().__init__()
         self.num_units = validation.check_positive_int(
             "num_units", num_units, _CONTEXT

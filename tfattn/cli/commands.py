@@ -33,6 +33,33 @@ from tfattn.training import run_dir
 from tfattn import training
 from tfattn.data import sources
 
+__all__ = [
+    "TRAIN",
+    "EVAL",
+    "EXPORT",
+    "ALL",
+    "MODES",
+    "TRAINING_MODES",
+    "EVAL_MODES",
+    "EXPORT_MODES",
+    "SAVED_MODEL",
+    "CTRANSLATE2",
+    "EXPORT_FORMATS",
+    "DEFAULT_EXPORT_DIRS",
+    "ATTENTION_SENTENCES",
+    "Command",
+    "check_flag_combination",
+    "decoding_settings",
+    "check",
+    "training_advice",
+    "decoding_advice",
+    "run_train",
+    "run_eval",
+    "attention_images",
+    "run_export",
+    "run",
+]
+
 TRAIN, EVAL, EXPORT, ALL = "train", "eval", "export", "all"
 MODES = (TRAIN, EVAL, EXPORT, ALL)
 # The modes that run each step.
@@ -85,6 +112,12 @@ def check_flag_combination(values):
         values: dict of `train.py`'s flag values by name (those of
             `Command`, as given on the command line): the mode, strategy,
             tpu, mixed_precision, export and training-length flags.
+
+    Raises:
+        errors.UsageError: `--tpu` without `--strategy=tpu` (or the
+            reverse), float16 on TPUs, export flags outside the export
+            modes, `--ctranslate2_quantization` without the CTranslate2
+            format, or training-length flags outside the training modes.
     """
     if (values["strategy"] == "tpu") != bool(values["tpu"]):
         raise errors.UsageError(
@@ -119,7 +152,22 @@ def check_flag_combination(values):
 def decoding_settings(command):
     """(decoding keyword arguments, checkpoints to average) of eval and
     export: the saved hparams' with the overrides applied (decoding fields
-    only), and `average_checkpoints` over the hparams' value."""
+    only), and `average_checkpoints` over the hparams' value.
+
+    Args:
+        command: Command. Its `model_dir`, `hparams_overrides` and
+            `average_checkpoints` are read.
+
+    Returns:
+        tuple. `(decoding, average)`, the keyword arguments of
+        `config.decoding_kwargs` (dict) and the number of checkpoints to
+        average (the command's, else the saved hparams').
+
+    Raises:
+        FileNotFoundError: `model_dir` holds no `hparams.json`.
+        ValueError: the overrides change a field other than the decoding
+            ones (`config.DECODING_FIELDS`), or do not parse.
+    """
     directory = command.model_dir
     saved = run_dir.load_saved_hparams(directory)
     if saved is None:
@@ -140,6 +188,11 @@ def decoding_settings(command):
 
 def check(command, report=logging.info):
     """Checks everything that bad input can break; nothing is written.
+
+    Args:
+        command: Command. The invocation to check.
+        report: callable(str). Gets the precision chosen for training.
+            Defaults to `logging.info`.
 
     Returns:
         (the `preparation.PreparedRun` of a training mode or None, the
@@ -178,7 +231,17 @@ def check(command, report=logging.info):
 
 
 def training_advice(hp, model_dir):
-    """What to lower when a training step runs out of memory."""
+    """What to lower when a training step runs out of memory.
+
+    Args:
+        hp: HParams. The run's hparams (their batch and length fields are
+            named with their values).
+        model_dir: str. The run's directory (its latest checkpoint is
+            named, as the one a rerun resumes from).
+
+    Returns:
+        str. The advice, for `errors.guard_memory`.
+    """
     latest = checkpoints.latest(model_dir)
     kept = (f"it resumes from {os.path.basename(latest)}, which is kept"
             if latest else "no checkpoint was written yet")
@@ -196,13 +259,36 @@ def training_advice(hp, model_dir):
 
 
 def decoding_advice(decoding):
-    """What to lower when decoding runs out of memory."""
+    """What to lower when decoding runs out of memory.
+
+    Args:
+        decoding: dict. The decoding keyword arguments (their `beam_size`
+            and `extra_length` are named with their values).
+
+    Returns:
+        str. The advice, for `errors.guard_memory`.
+    """
     return (f"lower beam_size (now {decoding['beam_size']}) or "
             f"decode_extra_length (now {decoding['extra_length']}) with "
             "--hparams_overrides, or free memory used by other processes")
 
 
 def run_train(command, prepared, report=logging.info):
+    """Trains `prepared`, then reports sample translations (the chief).
+
+    Args:
+        command: Command. Its `jit_compile`, `progress_bar`, `samples`,
+            `dataset` and `model_dir` are read.
+        prepared: preparation.PreparedRun. What `check` returned.
+        report: callable(str). Gets the sample translations and their
+            exact-match rate. Defaults to `logging.info`.
+
+    Returns:
+        training.TrainResult. What training returned.
+
+    Raises:
+        errors.OutOfMemory: training or the samples ran out of memory.
+    """
     from tfattn.decoding import translate
     with errors.guard_memory("training", lambda: training_advice(
             prepared.hparams, command.model_dir)):
@@ -229,6 +315,24 @@ def run_train(command, prepared, report=logging.info):
 
 
 def run_eval(command, report=logging.info):
+    """Scores the model of `command.model_dir` on `command.eval_split`.
+
+    The model is restored (averaging checkpoints as `decoding_settings`
+    says), the split translated and scored with BLEU (and tokenised,
+    lowercased BLEU when Multi30k's tokenised references are found), and
+    attention images written for TensorBoard (`attention_images`).
+
+    Args:
+        command: Command. The invocation.
+        report: callable(str). Gets the BLEU lines. Defaults to
+            `logging.info`.
+
+    Returns:
+        dict. The metrics of `evaluation.evaluate`.
+
+    Raises:
+        errors.OutOfMemory: decoding ran out of memory.
+    """
     from tfattn import data
     from tfattn.decoding import evaluation
     spec, directory = command.dataset, command.model_dir
@@ -262,7 +366,20 @@ def run_eval(command, report=logging.info):
 
 def attention_images(model, tokenizer, spec, directory, decoding, pairs):
     """TensorBoard images (MODEL_DIR/eval) of the attention of the first
-    validation sentences (test ones when there is no validation split)."""
+    validation sentences (test ones when there is no validation split).
+
+    Args:
+        model: Transformer. The restored model.
+        tokenizer: SubwordTokenizer. Its tokenizer.
+        spec: DatasetSpec. The dataset the sentences come from.
+        directory: str. The model directory.
+        decoding: dict. The decoding keyword arguments.
+        pairs: list of (source, target) str pairs. The evaluated pairs,
+            drawn from when there is no validation split.
+
+    Returns:
+        int. The number of images written (0 without matplotlib).
+    """
     from tfattn import visualize
     try:
         visualize.plot.require_matplotlib()
@@ -290,6 +407,23 @@ def attention_images(model, tokenizer, spec, directory, decoding, pairs):
 
 
 def run_export(command, report=logging.info):
+    """Exports the model of `command.model_dir` as `command.export_format`.
+
+    Args:
+        command: Command. The invocation; without `export_dir` the export
+            goes under the model directory (`DEFAULT_EXPORT_DIRS`) and
+            replaces an earlier one there.
+        report: callable(str). Gets the line naming the export. Defaults
+            to `logging.info`.
+
+    Returns:
+        str. The path of the export.
+
+    Raises:
+        FileExistsError: `export_dir` exists and `overwrite_export` is
+            not set.
+        errors.OutOfMemory: the export ran out of memory.
+    """
     from tfattn import export
     directory = command.model_dir
     decoding, average = decoding_settings(command)
@@ -321,7 +455,12 @@ def run_export(command, report=logging.info):
 
 def run(command, report=logging.info):
     """Checks `command`, then runs its modes in turn; `report(text)` gets
-    what a user reads (the precision, samples, BLEU, the export)."""
+    what a user reads (the precision, samples, BLEU, the export).
+
+    Args:
+        command: Command. The invocation.
+        report: callable(str). Defaults to `logging.info`.
+    """
     prepared, strategy = check(command, report)
     if command.mode in TRAINING_MODES:
         # Holds the directory itself (`run_dir.hold`) once its input is

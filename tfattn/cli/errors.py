@@ -20,6 +20,17 @@ import re
 
 import tensorflow as tf
 
+__all__ = [
+    "UsageError",
+    "OutOfMemory",
+    "EXPECTED",
+    "name_hparams_fields",
+    "out_of_memory",
+    "guard_memory",
+    "describe",
+    "command_line_failure",
+]
+
 # The longest message line printed, and the longest unbroken run of
 # characters (a value echoed whole, such as a 1 MB override) kept in it.
 _MAX_MESSAGE = 2000
@@ -47,10 +58,11 @@ def name_hparams_fields(line, fields):
 
     Args:
         line: str. An error line.
-        fields: the names of the hparams fields.
+        fields: the names of the hparams fields (a container of str).
 
     Returns:
-        str.
+        str. `line`, each "for argument `NAME`" whose NAME is in `fields`
+        replaced by how to set that field.
     """
     def named(match):
         name = match.group(1)
@@ -65,7 +77,17 @@ def name_hparams_fields(line, fields):
 def out_of_memory(error, what, advice):
     """The `OutOfMemory` for `error` (a `ResourceExhaustedError` or a
     `MemoryError`): `out of memory while <what> (a tensor of shape [...]
-    did not fit): <advice>`."""
+    did not fit): <advice>`.
+
+    Args:
+        error: the `ResourceExhaustedError` or `MemoryError`; the tensor's
+            shape is read from its message, when it names one.
+        what: str. What was running, e.g. "training".
+        advice: str. What to lower.
+
+    Returns:
+        OutOfMemory. The error to raise.
+    """
     found = _SHAPE.search(getattr(error, "message", None) or str(error))
     tensor = ""
     if found:
@@ -82,6 +104,13 @@ def guard_memory(what, advice):
         what: str. What the block does, e.g. "training".
         advice: str, or a callable returning it (called only on failure):
             what to lower.
+
+    Yields:
+        None. The block runs inside the guard.
+
+    Raises:
+        OutOfMemory: the block raised `tf.errors.ResourceExhaustedError`
+            or `MemoryError` (chained from it).
     """
     try:
         yield
@@ -96,7 +125,18 @@ def _cut(match):
 
 
 def describe(error):
-    """`error` as one line that names what it can (file, op message)."""
+    """`error` as one line that names what it can (file, op message).
+
+    Args:
+        error: BaseException. The error to describe.
+
+    Returns:
+        str. One line without terminal escapes. A TensorFlow op's message
+        (without its graph and stack lines), `FILE: STRERROR` for an
+        `OSError` naming a file, else `str(error)` (or the type's name);
+        long unbroken runs and lines over 2000 characters are cut, with
+        their length said.
+    """
     if isinstance(error, tf.errors.OpError):
         # The op's message, without the graph and stack lines that follow.
         text = error.message.strip().split("\n\n")[0]
@@ -128,6 +168,10 @@ def command_line_failure(error, doing, memory_advice, expected=()):
         doing: str. What was running, e.g. "running --mode=train".
         memory_advice: str. What to lower when memory ran out.
         expected: tuple of further exception types that are bad input.
+
+    Returns:
+        tuple. `(line, status)`, the `Error: ...` line (str) and the exit
+        status (int), 2 for a `UsageError`, else 1.
     """
     if isinstance(error, (tf.errors.ResourceExhaustedError, MemoryError)):
         error = out_of_memory(error, doing, memory_advice)

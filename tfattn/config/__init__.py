@@ -6,32 +6,42 @@ first (`MODEL_FIELDS`), then the training fields, then the decoding fields
 `reference_2019`, `multi30k`) are the application's, in `hparams/` at the
 repository root; this module knows none of them.
 
-Example:
+Example::
 
-```python
-from tfattn import config
+    from tfattn import config
 
-hp = config.HParams(...)  # or a named set: hparams.get("tiny")
-hp = config.parse_overrides(hp, "num_heads=2,dropout_rate=0.2")
-assert config.from_json(config.to_json(hp)) == hp
-```
+    hp = config.HParams(...)  # or a named set: hparams.get("tiny")
+    hp = config.parse_overrides(hp, "num_heads=2,dropout_rate=0.2")
+    assert config.from_json(config.to_json(hp)) == hp
 
 `parse_overrides` (the override string syntax) lives in
-`tfattn.config.overrides`
-and is re-exported here.
+`tfattn.config.overrides` and is re-exported here.
 """
 
 import dataclasses
 import json
-import math
 import typing
 
-from tfattn.config.overrides import optional_type
+from tfattn.config._checks import _check_exactly_one
+from tfattn.config._checks import _check_flavor_layout
+from tfattn.config._checks import _check_learning_rate
+from tfattn.config._checks import _check_limits
+from tfattn.config._checks import _check_num_heads
+from tfattn.config._checks import _check_ranges
+from tfattn.config._checks import _check_type
+from tfattn.config._checks import _invalid
 from tfattn.config.overrides import parse_overrides  # noqa: F401  (re-exported)
 from tfattn.utils.validation import FLAVORS
-from tfattn.utils.validation import invalid_argument
 
-_CONTEXT = "HParams"
+__all__ = [
+    "POSITIONAL_ENCODINGS", "TOKENIZER_MODEL_TYPES", "TOKENIZER_NORMALIZATIONS",
+    "LEARNING_RATE_SCHEDULES", "EMBEDDINGS_INITIALIZERS", "HParams",
+    "MODEL_FIELDS", "DECODING_FIELDS", "BATCH_FIELDS", "RESUMABLE_FIELDS",
+    "ADDED_FIELDS", "field_names", "training_fields", "model_kwargs",
+    "embeddings_initializer", "to_dict", "to_json", "from_json",
+    "differences", "decoding_kwargs", "parse_overrides",
+]
+
 POSITIONAL_ENCODINGS = ("sinusoid", "sinusoid_2017", "learned")
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe", "char", "word")
 # SentencePiece's normalisation rules (tfattn.data.tokenizer.NORMALIZATIONS;
@@ -198,12 +208,20 @@ ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
 
 
 def field_names():
-    """All field names, in declaration order."""
+    """All field names, in declaration order.
+
+    Returns:
+        tuple of str.
+    """
     return tuple(f.name for f in dataclasses.fields(HParams))
 
 
 def training_fields():
-    """The training fields: neither model nor decoding fields."""
+    """The training fields: neither model nor decoding fields.
+
+    Returns:
+        tuple of str, in declaration order.
+    """
     return tuple(n for n in field_names()
                  if n not in MODEL_FIELDS and n not in DECODING_FIELDS)
 
@@ -240,7 +258,15 @@ def model_kwargs(hp, vocab_size):
 
 def embeddings_initializer(hp):
     """The Keras initializer (config dict) named by
-    `hp.embeddings_initializer`."""
+    `hp.embeddings_initializer`.
+
+    Args:
+        hp: HParams.
+
+    Returns:
+        dict or str. A `RandomNormal` config of stddev `num_units ** -0.5`
+        for `"scaled_normal"`, else the initializer's name.
+    """
     if hp.embeddings_initializer == "scaled_normal":
         return {"class_name": "RandomNormal", "config": {
             "mean": 0.0, "stddev": hp.num_units ** -0.5, "seed": None}}
@@ -252,29 +278,6 @@ def embeddings_initializer(hp):
 
 def _field_types():
     return typing.get_type_hints(HParams)
-
-
-def _invalid(name, expected, received):
-    return invalid_argument(name, expected, received, _CONTEXT)
-
-
-def _check_type(name, value, annotation):
-    kind, optional = optional_type(annotation)
-    if value is None:
-        if optional:
-            return None
-        raise _invalid(name, f"a {kind.__name__} (not None)", value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise _invalid(name, f"an int{' or None' if optional else ''}", value)
-    if kind is float and not (isinstance(value, float)
-                              and math.isfinite(value)):
-        raise _invalid(name, f"a finite float{' or None' if optional else ''}",
-                       value)
-    if kind in (bool, str) and not isinstance(value, kind):
-        raise _invalid(name, f"a {kind.__name__}", value)
-    return value
 
 
 def _check_values(hp):
@@ -299,134 +302,43 @@ def _check_choices(hp):
                            getattr(hp, name))
 
 
-def _check_ranges(hp):
-    """Each field's own range: positive ints, rates in [0, 1), floats > 0 or
-    >= 0, ints >= 0."""
-    for name in ("num_layers", "num_units", "num_heads", "ffn_units",
-                 "max_length", "vocab_size", "max_train_length",
-                 "shuffle_buffer_size", "warmup_steps",
-                 "checkpoint_every_steps", "keep_checkpoints",
-                 "log_every_steps", "eval_sentences", "beam_size",
-                 "average_checkpoints"):
-        if getattr(hp, name) < 1:
-            raise _invalid(name, "a positive int", getattr(hp, name))
-    for name in ("batch_size", "tokens_per_batch", "train_steps",
-                 "train_epochs"):
-        if getattr(hp, name) is not None and getattr(hp, name) < 1:
-            raise _invalid(name, "a positive int or None", getattr(hp, name))
-    for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing",
-                 "adam_beta1", "adam_beta2", "tokenizer_sampling_alpha"):
-        if not 0 <= getattr(hp, name) < 1.0:
-            raise _invalid(name, "a float in [0, 1)", getattr(hp, name))
-    for name in ("adam_epsilon", "learning_rate_scale"):
-        if not getattr(hp, name) > 0:
-            raise _invalid(name, "a float > 0", getattr(hp, name))
-    for name in ("loss_denominator_epsilon", "decode_alpha", "rdrop_alpha"):
-        if getattr(hp, name) < 0:
-            raise _invalid(name, "a float >= 0", getattr(hp, name))
-    if hp.eval_every_steps < 0:
-        raise _invalid("eval_every_steps", "an int >= 0 (0 = never)",
-                       hp.eval_every_steps)
-    if hp.decode_extra_length < 0:
-        raise _invalid("decode_extra_length", "an int >= 0",
-                       hp.decode_extra_length)
-
-
-def _check_exactly_one(hp):
-    """The batch's size and the training's length are each set one way."""
-    for a, b in (("batch_size", "tokens_per_batch"),
-                 ("train_steps", "train_epochs")):
-        if (getattr(hp, a) is None) == (getattr(hp, b) is None):
-            raise ValueError(
-                f"{_CONTEXT}: exactly one of `{a}` and `{b}` must be set (the "
-                f"other None). Received: {a}={getattr(hp, a)!r}, "
-                f"{b}={getattr(hp, b)!r}"
-            )
-
-
-def _check_num_heads(hp):
-    if hp.num_units % hp.num_heads:
-        raise _invalid("num_units", f"a multiple of num_heads={hp.num_heads}",
-                       hp.num_units)
-
-
-def _check_learning_rate(hp):
-    """A rate > 0 or None, set where the schedule needs it; cosine decays
-    after its warmup."""
-    if hp.learning_rate is not None and not hp.learning_rate > 0:
-        raise _invalid("learning_rate", "a float > 0 or None",
-                       hp.learning_rate)
-    if (hp.learning_rate_schedule in ("constant", "cosine")
-            and hp.learning_rate is None):
-        raise _invalid("learning_rate",
-                       "a float > 0 with learning_rate_schedule="
-                       f"{hp.learning_rate_schedule!r}", hp.learning_rate)
-    if (hp.learning_rate_schedule == "cosine" and hp.train_steps is not None
-            and hp.train_steps <= hp.warmup_steps):
-        raise _invalid("train_steps", "more than warmup_steps="
-                       f"{hp.warmup_steps} with learning_rate_schedule="
-                       "'cosine'", hp.train_steps)
-
-
-def _check_flavor_layout(hp):
-    """What the reference flavours fix: post-norm and the embedding layout."""
-    if hp.normalize_first and hp.flavor != "paper":
-        raise _invalid("normalize_first",
-                       f"False in flavor {hp.flavor!r} (the reference is "
-                       "post-norm)", hp.normalize_first)
-    # The reference flavours fix their embedding layout (docs/reference.md §3).
-    fixed = {"reference_2017": False, "reference_2019": True}.get(hp.flavor)
-    if fixed is not None:
-        for name in ("share_embeddings", "tie_output"):
-            if getattr(hp, name) != fixed:
-                raise _invalid(name, f"{fixed} in flavor {hp.flavor!r}, "
-                               "which the reference fixes", getattr(hp, name))
-
-
-def _check_limits(hp):
-    """Fields bounded by others: the average by the checkpoints kept, the
-    training length by the positional table, sampling by the vocabulary's
-    type, R-Drop by dropout."""
-    if (hp.tokenizer_sampling_alpha
-            and hp.tokenizer_model_type not in ("bpe", "unigram")):
-        raise _invalid(
-            "tokenizer_sampling_alpha",
-            f"0 with tokenizer_model_type={hp.tokenizer_model_type!r} (only "
-            "'bpe' and 'unigram' vocabularies sample segmentations)",
-            hp.tokenizer_sampling_alpha)
-    if hp.rdrop_alpha and not (hp.dropout_rate or hp.attention_dropout_rate):
-        raise _invalid(
-            "rdrop_alpha",
-            "0 when dropout_rate and attention_dropout_rate are 0 (R-Drop "
-            "compares two dropout passes; without dropout they are equal)",
-            hp.rdrop_alpha)
-    if hp.average_checkpoints > hp.keep_checkpoints:
-        raise _invalid("average_checkpoints",
-                       f"at most keep_checkpoints={hp.keep_checkpoints}",
-                       hp.average_checkpoints)
-    if hp.max_train_length > hp.max_length:
-        raise _invalid(
-            "max_train_length",
-            f"at most max_length={hp.max_length} (the positional table)",
-            hp.max_train_length,
-        )
-
-
 # ----------------------------------------------------------------------
 # JSON.
 
 def to_dict(hp):
-    """The fields as a plain dict, in declaration order."""
+    """The fields as a plain dict, in declaration order.
+
+    Args:
+        hp: HParams.
+
+    Returns:
+        dict of field name to value.
+    """
     return {name: getattr(hp, name) for name in field_names()}
 
 
 def to_json(hp):
-    """The set as an indented JSON object (one key per field)."""
+    """The set as an indented JSON object (one key per field).
+
+    Args:
+        hp: HParams.
+
+    Returns:
+        str. The JSON text, ending with a newline.
+    """
     return json.dumps(to_dict(hp), indent=2) + "\n"
 
 
 def from_json(text):
     """Reads `to_json`'s output back into a validated HParams.
+
+    Fields missing from `text` that `ADDED_FIELDS` names take its values.
+
+    Args:
+        text: str. A JSON object of field: value.
+
+    Returns:
+        HParams.
 
     Raises:
         ValueError: invalid JSON, missing or unknown fields, wrong types.
@@ -453,7 +365,16 @@ def from_json(text):
 
 
 def differences(saved, requested, ignore=()):
-    """Names of the fields whose values differ, in declaration order."""
+    """Names of the fields whose values differ, in declaration order.
+
+    Args:
+        saved: HParams. One set.
+        requested: HParams. The other.
+        ignore: container of str. Field names left out. Defaults to none.
+
+    Returns:
+        list of str.
+    """
     return [n for n in field_names() if n not in ignore
             and getattr(saved, n) != getattr(requested, n)]
 
@@ -461,6 +382,14 @@ def differences(saved, requested, ignore=()):
 def decoding_kwargs(hp):
     """The hparams' decoding settings as the keyword arguments of
     `tfattn.decoding.translate.translate_texts`, `evaluation.evaluate` and
-    `export.export_translator`: `beam_size`, `alpha`, `extra_length`."""
+    `export.export_translator`: `beam_size`, `alpha`, `extra_length`.
+
+    Args:
+        hp: HParams.
+
+    Returns:
+        dict. `beam_size`, `alpha` (`hp.decode_alpha`) and `extra_length`
+        (`hp.decode_extra_length`).
+    """
     return dict(beam_size=hp.beam_size, alpha=hp.decode_alpha,
                 extra_length=hp.decode_extra_length)

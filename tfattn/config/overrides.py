@@ -11,13 +11,11 @@ Numbers are read by `ast.literal_eval`, which builds constants and runs no
 code, after a check that the text holds only a decimal number's characters.
 `tfattn.config` re-exports `parse_overrides`.
 
-Example:
+Example::
 
-```python
-from tfattn.config import overrides
+    from tfattn.config import overrides
 
-hp = overrides.parse_overrides(hp, "num_heads=2,flavor='paper'")
-```
+    hp = overrides.parse_overrides(hp, "num_heads=2,flavor='paper'")
 """
 
 import ast
@@ -26,6 +24,8 @@ import re
 import typing
 
 from tfattn.utils import validation
+
+__all__ = ["optional_type", "parse_overrides"]
 
 # The characters an unquoted string may hold; others need quotes.
 _BARE_WORD = re.compile(r"[A-Za-z0-9_.:/+\-]+\Z")
@@ -41,6 +41,9 @@ _MAX_INT_DIGITS = 18
 
 def optional_type(annotation):
     """Splits a field annotation such as `int` or `typing.Optional[int]`.
+
+    Args:
+        annotation: a type, or `typing.Optional` of one.
 
     Returns:
         (the non-None type, whether None is allowed).

@@ -42,6 +42,21 @@ from tfattn.data.textfiles import decode_lines
 from tfattn.utils.validation import check_choice
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "COMMIT",
+    "CONNECT_TIMEOUT",
+    "FILENAMES",
+    "LANGUAGES",
+    "Multi30k",
+    "Multi30kDownloadError",
+    "SPLITS",
+    "SPLIT_FILES",
+    "SPLIT_SIZES",
+    "URL_BASE",
+    "load_multi30k",
+    "load_tokenized_references",
+]
+
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
 URL_BASE = (
     "https://raw.githubusercontent.com/multi30k/dataset/"
@@ -298,8 +313,11 @@ def load_multi30k(split, data_dir=None, manual_dir=None, shuffle_files=False):
         A `tf.data.Dataset` of `{'en': tf.string, 'de': tf.string}` scalars.
 
     Raises:
+        ValueError: `split` is not one of the splits (or a slice of one).
         Multi30kDownloadError: the download failed and `manual_dir` does not
             hold the files.
+        ParallelDataError: a file is not whole gzip, not the official file
+            (its SHA-256 differs), or the line counts of a split differ.
     """
     _check_split(split)
     builder = Multi30k(data_dir=None if data_dir is None else str(data_dir))
@@ -328,6 +346,12 @@ def load_tokenized_references(split, language, directory):
 
     Returns:
         A list of str, one per line, in corpus order.
+
+    Raises:
+        ValueError: `split` or `language` is not one of the above.
+        FileNotFoundError: no folder of the two holds the file.
+        ParallelDataError: the file is not whole gzip, or fails a check of
+            `tfattn.data.textfiles.decode_lines`.
     """
     check_choice("split", split, SPLITS)
     check_choice("language", language, LANGUAGES)

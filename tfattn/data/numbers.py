@@ -29,6 +29,14 @@ from tfattn.data.pipeline import pairs_to_dataset
 from tfattn.utils.validation import check_choice
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "SPLITS",
+    "load_numbers",
+    "number_to_words",
+    "numbers_dataset",
+    "numbers_splits",
+]
+
 SPLITS = ("train", "validation", "test")
 
 _ONES = (
@@ -69,6 +77,9 @@ def number_to_words(n):
 
     Returns:
         str, e.g. `number_to_words(4072) == "four thousand seventy two"`.
+
+    Raises:
+        ValueError: `n` is not an integer in `[0, 999999]`.
     """
     if (
         isinstance(n, bool)
@@ -118,15 +129,19 @@ def numbers_splits(
         num_train: int or None. Distinct numbers in the training split;
             `None` keeps every number not in validation or test. Defaults
             to `None`.
+        num_validation: int. Size of the validation split. Defaults to `500`.
+        num_test: int. Size of the test split. Defaults to `500`.
         balance_lengths: bool. Repeat the training split's numbers of 1, 2
             and 3 digits (500, 55 and 6 copies) so that short inputs are not
             drowned by the five-digit ones. Defaults to `True`.
-        num_validation: int. Size of the validation split. Defaults to `500`.
-        num_test: int. Size of the test split. Defaults to `500`.
 
     Returns:
         A dict with keys `'train'`, `'validation'` and `'test'`, each a list
         of (digits, words) str tuples in a seeded random order.
+
+    Raises:
+        ValueError: an argument of the wrong type or out of range (the
+            message names it).
     """
     if not isinstance(balance_lengths, bool):
         raise invalid_argument(
@@ -207,7 +222,7 @@ def load_numbers(split, **kwargs):
     Args:
         split: str. One of `'train'`, `'validation'`, `'test'`.
         **kwargs: passed to `numbers_splits` (`seed`, `max_value`,
-            `num_train`, `num_validation`, `num_test`).
+            `num_train`, `num_validation`, `num_test`, `balance_lengths`).
 
     Returns:
         A list of (digits, words) str tuples.

@@ -28,6 +28,14 @@ from tfattn.data.tokenizer import PAD_ID
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "default_bucket_boundaries",
+    "encode_pair",
+    "encode_sources",
+    "make_batches",
+    "pairs_to_dataset",
+]
+
 
 def pairs_to_dataset(pairs, source_key="inputs", target_key="targets"):
     """A `tf.data.Dataset` of string dicts from (source, target) pairs.
@@ -367,6 +375,10 @@ def make_batches(
     Returns:
         A prefetched `tf.data.Dataset` of `({'source': int32 [B, S],
         'target_in': int32 [B, T]}, labels int32 [B, T])`, padded with 0.
+
+    Raises:
+        ValueError: an invalid argument (the message names it), e.g. both or
+            neither of `batch_size` and `tokens_per_batch`.
     """
     (max_length, batch_size, tokens_per_batch, shuffle_buffer_size,
      bucket_boundaries) = _checked_arguments(

@@ -22,6 +22,18 @@ from tfattn.data.textfiles import parallel_dataset
 from tfattn.data.tokenizer import load_tokenizer
 from tfattn.data.tokenizer import train_tokenizer
 
+__all__ = [
+    "DATASET_KINDS",
+    "NUMBERS_TOKENIZER_PAIRS",
+    "TOKENIZER_MAX_SENTENCES",
+    "DatasetSpec",
+    "build_tokenizer",
+    "check_dataset",
+    "load_pairs",
+    "load_split",
+    "parse_dataset_spec",
+]
+
 DATASET_KINDS = ("numbers", "multi30k", "tfds", "textfiles")
 # Sentences (of both languages together) the vocabulary is learnt from.
 TOKENIZER_MAX_SENTENCES = 2_000_000
@@ -133,6 +145,15 @@ def check_dataset(spec, splits=("train",)):
     exists and Multi30k's holds its six files, the text files of `splits`
     exist, and the data directory is a directory if it exists (TFDS creates
     it when it prepares a dataset there).
+
+    Args:
+        spec: DatasetSpec. The dataset to check.
+        splits: sequence of str. The splits whose text files must exist
+            (`textfiles` only). Defaults to `("train",)`.
+
+    Raises:
+        FileNotFoundError: a directory or file named above is missing (the
+            message names it).
     """
     if spec.data_dir and tf.io.gfile.exists(spec.data_dir) and not \
             tf.io.gfile.isdir(spec.data_dir):
@@ -257,7 +278,20 @@ def _load_tfds(spec, split):
 
 
 def load_pairs(spec, split, limit=None):
-    """A split as a list of (source, target) str pairs (at most `limit`)."""
+    """A split as a list of (source, target) str pairs (at most `limit`).
+
+    Args:
+        spec: DatasetSpec.
+        split: str. `"train"`, `"validation"` or `"test"`.
+        limit: int or None. Keep the split's first `limit` pairs; `None`
+            keeps them all. Defaults to `None`.
+
+    Returns:
+        A list of (source, target) str tuples, in the split's order.
+
+    Raises:
+        FileNotFoundError, ValueError: as `load_split`.
+    """
     dataset = load_split(spec, split)
     if limit is not None:
         dataset = dataset.take(limit)
@@ -284,6 +318,13 @@ def build_tokenizer(spec, hp, train_pairs, model_dir, resume=False):
         model_dir: str or None. Where `spm.model` is read (resume) or
             written (None: learnt in memory only).
         resume: bool. Load `model_dir/spm.model` instead of learning it.
+            Defaults to `False`.
+
+    Returns:
+        A `SubwordTokenizer`.
+
+    Raises:
+        FileNotFoundError: `resume` and `model_dir/spm.model` is missing.
     """
     if resume:
         return load_tokenizer(model_dir)

@@ -29,11 +29,31 @@ import tensorflow as tf
 from tfattn.data.pipeline import pairs_to_dataset
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "DEFAULT_SPLITS",
+    "ParallelDataError",
+    "decode_lines",
+    "load_parallel",
+    "load_parallel_splits",
+    "parallel_dataset",
+    "read_lines",
+    "read_parallel_files",
+    "split_prefix",
+]
+
 DEFAULT_SPLITS = ("train", "validation", "test")
 
 
 class ParallelDataError(ValueError):
     """A parallel corpus file is missing or malformed.
+
+    The message reads `path: message`, or `path:line: message` with a line.
+
+    Args:
+        path: str or path-like. The file at fault.
+        message: str. What is wrong with it.
+        line: int or None. The 1-based line number at fault, if any.
+            Defaults to `None`.
 
     Attributes:
         path: str. The file at fault.
@@ -41,6 +61,7 @@ class ParallelDataError(ValueError):
     """
 
     def __init__(self, path, message, line=None):
+        """Builds the message from the path, the line and `message`."""
         self.path = str(path)
         self.line = line
         where = self.path if line is None else f"{self.path}:{line}"
@@ -177,7 +198,15 @@ def load_parallel(prefix, source_lang, target_lang):
 
 
 def split_prefix(prefix, split):
-    """The prefix of one split's files `PREFIX.{split}.{lang}`."""
+    """The prefix of one split's files `PREFIX.{split}.{lang}`.
+
+    Args:
+        prefix: str. The common prefix of the splits' files.
+        split: str. The split name, e.g. `"train"`.
+
+    Returns:
+        str, `PREFIX.{split}`.
+    """
     return f"{prefix}.{split}"
 
 
@@ -200,6 +229,7 @@ def load_parallel_splits(
         A dict from split name to a list of (source, target) str tuples.
 
     Raises:
+        ValueError: `splits` is not a non-empty sequence of split names.
         ParallelDataError: see `read_parallel_files`.
     """
     if (
@@ -232,6 +262,9 @@ def parallel_dataset(prefix, source_lang, target_lang, split=None):
     Returns:
         A `tf.data.Dataset` whose elements are dicts with `'inputs'` (source)
         and `'targets'` (target) `tf.string` scalars, in file order.
+
+    Raises:
+        ParallelDataError: see `read_parallel_files`.
     """
     if split is not None:
         if not isinstance(split, str) or not split:

@@ -31,6 +31,21 @@ from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import check_rate
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "MODEL_FILENAME",
+    "MODEL_TYPES",
+    "NORMALIZATIONS",
+    "PAD_ID",
+    "UNK_ID",
+    "VOCAB_FILENAME",
+    "SubwordTokenizer",
+    "load_tokenizer",
+    "save_tokenizer",
+    "train_tokenizer",
+]
+
 PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
@@ -76,16 +91,15 @@ class SubwordTokenizer(tf.Module):
         model_proto: bytes. The serialized model.
         sampling_alpha: float. As given.
 
-    Example:
+    Example::
 
-    ```python
-    tokenizer = load_tokenizer("model_dir")
-    ids = tokenizer.tokenize(["A dog runs."])    # int32 RaggedTensor [1, None]
-    text = tokenizer.detokenize(ids)             # tf.string [1]
-    ```
+        tokenizer = load_tokenizer("model_dir")
+        ids = tokenizer.tokenize(["A dog runs."])  # int32 ragged [1, None]
+        text = tokenizer.detokenize(ids)           # tf.string [1]
     """
 
     def __init__(self, model_proto, name=None, sampling_alpha=0.0):
+        """Checks and loads the model; see the class docstring."""
         super().__init__(name=name)
         if not isinstance(model_proto, bytes) or not model_proto:
             raise invalid_argument(
@@ -130,13 +144,26 @@ class SubwordTokenizer(tf.Module):
         )
 
     def sampling(self, alpha):
-        """This vocabulary, tokenizing with `sampling_alpha=alpha`."""
+        """This vocabulary, tokenizing with `sampling_alpha=alpha`.
+
+        Args:
+            alpha: float in [0, 1). The new `sampling_alpha`.
+
+        Returns:
+            `self` when `alpha` is its own `sampling_alpha`, else a new
+            `SubwordTokenizer` of the same model.
+
+        Raises:
+            ValueError: `alpha` is not in [0, 1), or is above 0 for a
+                vocabulary that is neither `bpe` nor `unigram`.
+        """
         if alpha == self.sampling_alpha:
             return self
         return SubwordTokenizer(self._model_proto, sampling_alpha=alpha)
 
     @property
     def model_proto(self):
+        """bytes. The serialized SentencePiece model."""
         return self._model_proto
 
     def tokenize(self, text):
@@ -191,15 +218,36 @@ class SubwordTokenizer(tf.Module):
         return text[0] if single else text
 
     def id_to_string(self, ids):
-        """Piece ids to their piece strings, in-graph (any shape)."""
+        """Piece ids to their piece strings, in-graph (any shape).
+
+        Args:
+            ids: int tensor of any shape (or a `tf.RaggedTensor`).
+
+        Returns:
+            A `tf.string` tensor of the same shape: each id's piece.
+        """
         return self._sp.id_to_string(ids)
 
     def id_to_piece(self, token_id):
-        """The piece string of one id (Python, not in-graph)."""
+        """The piece string of one id (Python, not in-graph).
+
+        Args:
+            token_id: int. The id.
+
+        Returns:
+            str, its piece.
+        """
         return self._processor.id_to_piece(int(token_id))
 
     def piece_to_id(self, piece):
-        """The id of one piece string (Python, not in-graph); unk if absent."""
+        """The id of one piece string (Python, not in-graph).
+
+        Args:
+            piece: str. The piece.
+
+        Returns:
+            int, its id; `UNK_ID` where the vocabulary lacks the piece.
+        """
         return self._processor.piece_to_id(piece)
 
 
@@ -380,7 +428,13 @@ def train_tokenizer(
 
 def save_tokenizer(tokenizer, model_dir):
     """Writes `model_dir/spm.model` and `spm.vocab` of a `SubwordTokenizer`
-    (atomically, both or neither)."""
+    (atomically, both or neither).
+
+    Args:
+        tokenizer: SubwordTokenizer. The vocabulary to write.
+        model_dir: str or path-like. The directory (created if needed;
+            `gs://` works).
+    """
     model_dir = str(model_dir)
     tf.io.gfile.makedirs(model_dir)
     processor = tokenizer._processor
@@ -401,6 +455,11 @@ def load_tokenizer(model_dir):
 
     Returns:
         A `SubwordTokenizer`.
+
+    Raises:
+        FileNotFoundError: `model_dir/spm.model` does not exist.
+        ValueError: the file is not a SentencePiece model with pad=0,
+            unk=1, bos=2, eos=3 (the message names it).
     """
     path = os.path.join(str(model_dir), MODEL_FILENAME)
     if not tf.io.gfile.exists(path):

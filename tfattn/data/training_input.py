@@ -20,6 +20,16 @@ from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
 from tfattn.training.distribute import per_replica_batch
 
+__all__ = [
+    "LENGTH_SAMPLE_PAIRS",
+    "LengthSample",
+    "distributed_batches",
+    "sample_lengths",
+    "steps_per_epoch",
+    "training_tokenizer",
+    "validation_pairs",
+]
+
 # Training pairs whose lengths `sample_lengths` reads (the split's first).
 LENGTH_SAMPLE_PAIRS = 4096
 
@@ -34,6 +44,28 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
     `hp.tokenizer_sampling_alpha` above 0, every pass over the split
     tokenizes each pair anew with a sampled segmentation (subword
     regularisation; `SubwordTokenizer.sampling`).
+
+    Args:
+        strategy: tf.distribute.Strategy. Runs the pipelines and spreads
+            the batches over its replicas.
+        hp: HParams. Reads `batch_size` or `tokens_per_batch`,
+            `max_train_length`, `shuffle_buffer_size` and
+            `tokenizer_sampling_alpha`.
+        tokenizer: SubwordTokenizer. The run's vocabulary.
+        spec: DatasetSpec. The dataset whose training split is read.
+        seed: int. Shuffle seed; pipeline i shuffles with
+            `seed + 1009 * i`.
+        static_shapes: bool. Pad every batch to `hp.max_train_length` and
+            drop each bucket's last, smaller batch (static shapes, for XLA).
+
+    Returns:
+        A `tf.distribute.DistributedDataset` of
+        `({'source', 'target_in'}, labels)` int32 batches (`make_batches`),
+        repeated without end.
+
+    Raises:
+        ValueError: `hp.batch_size` is not a multiple of the replicas
+            (`per_replica_batch`).
     """
     batch_size, tokens = per_replica_batch(hp, strategy.num_replicas_in_sync)
     tokenizer = training_tokenizer(tokenizer, hp)
@@ -55,14 +87,35 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
 
 def training_tokenizer(tokenizer, hp):
     """How the training batches tokenize: with `hp.tokenizer_sampling_alpha`
-    (`SubwordTokenizer.sampling`) when it is above 0, else `tokenizer`."""
+    (`SubwordTokenizer.sampling`) when it is above 0, else `tokenizer`.
+
+    Args:
+        tokenizer: SubwordTokenizer. The run's vocabulary.
+        hp: HParams. Reads `tokenizer_sampling_alpha`.
+
+    Returns:
+        A `SubwordTokenizer`: `tokenizer` itself, or one that samples.
+    """
     if hp.tokenizer_sampling_alpha:
         return tokenizer.sampling(hp.tokenizer_sampling_alpha)
     return tokenizer
 
 
 def validation_pairs(spec, hp):
-    """The first `eval_sentences` validation pairs, or a clear error."""
+    """The first `eval_sentences` validation pairs, or a clear error.
+
+    Args:
+        spec: DatasetSpec. The dataset whose validation split is read.
+        hp: HParams. Reads `eval_sentences` (and `eval_every_steps`, which
+            the error messages name).
+
+    Returns:
+        A non-empty list of (source, target) str tuples.
+
+    Raises:
+        FileNotFoundError: the validation split is missing.
+        ValueError: the validation split is malformed or empty.
+    """
     try:
         pairs = load_pairs(spec, "validation", limit=hp.eval_sentences)
     except (FileNotFoundError, ValueError) as error:
@@ -79,7 +132,17 @@ def validation_pairs(spec, hp):
 
 def steps_per_epoch(hp, tokenizer, spec):
     """Batches in one pass over the training split (global batches; one
-    sample of them where segmentations are sampled)."""
+    sample of them where segmentations are sampled).
+
+    Args:
+        hp: HParams. Reads `batch_size` or `tokens_per_batch`,
+            `max_train_length` and `tokenizer_sampling_alpha`.
+        tokenizer: SubwordTokenizer. The run's vocabulary.
+        spec: DatasetSpec. The dataset whose training split is counted.
+
+    Returns:
+        int, the number of batches.
+    """
     batches = make_batches(
         load_split(spec, "train"), training_tokenizer(tokenizer, hp),
         max_length=hp.max_train_length,
@@ -89,7 +152,13 @@ def steps_per_epoch(hp, tokenizer, spec):
 
 class LengthSample(NamedTuple):
     """Row lengths (max of the source and target ids, eos or bos included)
-    of the training pairs that fit `max_train_length`, in a sample."""
+    of the training pairs that fit `max_train_length`, in a sample.
+
+    Attributes:
+        longest: int. The longest row kept.
+        mean: float. The rows' mean length.
+        pairs: int. The number of pairs kept.
+    """
 
     longest: int
     mean: float
@@ -98,11 +167,25 @@ class LengthSample(NamedTuple):
 
 def sample_lengths(pairs, tokenizer, max_length,
                    count=LENGTH_SAMPLE_PAIRS):
-    """The `LengthSample` of the first `count` pairs of `pairs` (a dataset
-    of {"inputs", "targets"} strings), tokenized as training tokenizes them
-    (`pipeline.encode_pair`: one more id than the pieces). Pairs longer
-    than `max_length` are left out, as training filters them; with none
-    left, `longest` is `max_length`."""
+    """The `LengthSample` of the first `count` pairs of `pairs`, tokenized
+    as training tokenizes them (`pipeline.encode_pair`: one more id than
+    the pieces).
+
+    Pairs longer than `max_length` are left out, as training filters them.
+
+    Args:
+        pairs: tf.data.Dataset. Dicts of `"inputs"` and `"targets"`
+            `tf.string` scalars (`load_split`).
+        tokenizer: SubwordTokenizer. As the batches use it
+            (`training_tokenizer`).
+        max_length: int. The longest row training keeps.
+        count: int. Pairs read from the start of `pairs`. Defaults to
+            `LENGTH_SAMPLE_PAIRS`.
+
+    Returns:
+        A `LengthSample`; with no pair kept, `longest` and `mean` are
+        `max_length` and `pairs` is 0.
+    """
     lengths = []
     for batch in pairs.take(count).batch(1024).as_numpy_iterator():
         source = tokenizer.tokenize(batch["inputs"]).row_lengths().numpy()

@@ -13,6 +13,7 @@ Shape letters: B = batch, K = beam size, V = vocabulary, L = `max_length`
 (the static number of generated tokens the output buffer holds).
 
 Output conventions (both searches):
+
 - ids hold generated tokens only (not the start token), EOS included where
   emitted, and 0 (pad) after EOS or after a row's length limit.
 - A row that reaches its limit (`max_length`, or its entry of `max_lengths`)
@@ -22,6 +23,7 @@ Output conventions (both searches):
   beam of any row can still beat that row's finished beams (beam search).
 
 `step_fn(ids, position, cache) -> (logits, new_cache)`:
+
 - ids: int32 [b], the previous token of each row (b = B for greedy, B*K for
   beam search); `initial_ids` at position 0.
 - position: scalar int32 tensor, the index of the token being predicted.
@@ -31,15 +33,24 @@ Output conventions (both searches):
 - logits: [b, V], any float dtype (log-softmax is computed in float32).
 """
 
-import numbers
 from typing import Any
 from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfattn.decoding._loop import _call_step_fn
+from tfattn.decoding._loop import _dim
+from tfattn.decoding._loop import _keep_shapes
+from tfattn.decoding._loop import _row_limits
+from tfattn.decoding._loop import _validate
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
-from tfattn.utils.validation import invalid_argument
+
+__all__ = [
+    "greedy_search", "BeamState", "beam_search", "beam_init", "gather_beams",
+    "gather_topk_beams", "grow_topk", "grow_alive", "grow_finished",
+    "beam_search_continues",
+]
 
 # Score of an empty or dead slot. Finite (not -inf) so that sums and
 # comparisons never give NaN; any log-prob at or below _DEAD_THRESHOLD is
@@ -120,7 +131,9 @@ def greedy_search(
 class BeamState(NamedTuple):
     """The loop state of `beam_search`, carried whole by `tf.while_loop`.
 
-    Fields (B batch, K beam size, L = `max_length`):
+    Shapes: B batch, K beam size, L = `max_length`.
+
+    Attributes:
         step: scalar int32, the position being predicted.
         alive_ids: int32 [B, K], the last token of each alive beam.
         alive_seq: int32 [B, K, L], the alive beams (no EOS yet).
@@ -159,6 +172,7 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
     can still reach, can beat that row's worst finished beam, or at L.
 
     Two deliberate differences from Model Garden, both documented here:
+
     - As in Hugging Face's `BeamSearchScorer`, an EOS candidate enters the
       finished set only if it ranks among the top K of the step's 2K
       candidates. With `beam_size=1, alpha=0` the search is then exactly
@@ -237,7 +251,18 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
 
 def beam_init(initial_ids, cache, beam_size, max_length):
     """The start `BeamState`: K copies of each row's start token, no
-    finished beam, the cache (leading axis B) tiled to B*K rows."""
+    finished beam, the cache (leading axis B) tiled to B*K rows.
+
+    Args:
+        initial_ids: int32 tensor [B]. The start token of each row.
+        cache: nested structure of tensors with leading axis B.
+        beam_size: int K.
+        max_length: int L.
+
+    Returns:
+        BeamState at step 0; only beam 0 of each row is live (the others
+        score `_NEG_INF`).
+    """
     k = beam_size
     batch_size = tf.shape(initial_ids)[0]
     # Only beam 0 is live at the start, so the K copies of the start token
@@ -258,14 +283,32 @@ def beam_init(initial_ids, cache, beam_size, max_length):
 
 def gather_beams(nested, beam_indices):
     """Reorders each tensor [B, K', ...] of a nested structure by
-    `beam_indices` int32 [B, K] (indices into K'): tensors [B, K, ...]."""
+    `beam_indices` int32 [B, K] (indices into K'): tensors [B, K, ...].
+
+    Args:
+        nested: nested structure of tensors [B, K', ...].
+        beam_indices: int32 tensor [B, K]. Indices into K'.
+
+    Returns:
+        The structure of `nested`, with tensors [B, K, ...].
+    """
     return tf.nest.map_structure(
         lambda t: tf.gather(t, beam_indices, batch_dims=1), nested)
 
 
 def gather_topk_beams(scores, nested, k):
     """The k best beams by `scores` float32 [B, K']: `(top_scores [B, k],
-    best first, nested gathered by them)`. Ties keep the lower index."""
+    best first, nested gathered by them)`. Ties keep the lower index.
+
+    Args:
+        scores: float32 tensor [B, K'].
+        nested: nested structure of tensors [B, K', ...].
+        k: int. Beams kept.
+
+    Returns:
+        Tuple `(top_scores, gathered)`, top_scores [B, k] best first and
+        `nested` gathered by them (tensors [B, k, ...]).
+    """
     top_scores, indices = tf.math.top_k(scores, k)
     return top_scores, gather_beams(nested, indices)
 
@@ -273,9 +316,20 @@ def gather_topk_beams(scores, nested, k):
 def grow_topk(step_fn, state, batch_size, k, positions):
     """Runs `step_fn` once and extends every alive beam by every token:
     the best 2K of the K*V candidates (K*V if less and V is static), by
-    log-prob. Returns `(top_log_probs [B, 2K], top_beams [B, 2K] (parent
-    beam), top_ids [B, 2K] (new token), top_seq [B, 2K, L], new_cache)`,
-    the cache not yet reordered."""
+    log-prob.
+
+    Args:
+        step_fn: callable. See the module docstring.
+        state: BeamState. The loop state.
+        batch_size: int or scalar int32 tensor B.
+        k: int. The beam size K.
+        positions: int32 tensor [L], `tf.range(L)`.
+
+    Returns:
+        Tuple `(top_log_probs [B, 2K], top_beams [B, 2K] (parent beam),
+        top_ids [B, 2K] (new token), top_seq [B, 2K, L], new_cache)`, the
+        cache not yet reordered.
+    """
     i = state.step
     logits, new_cache = _call_step_fn(
         step_fn, tf.reshape(state.alive_ids, [-1]), i, state.cache)
@@ -300,8 +354,20 @@ def grow_topk(step_fn, state, batch_size, k, positions):
 def grow_alive(top_log_probs, top_beams, top_ids, top_seq, ended, k):
     """The new alive set: the K best candidates that neither end in EOS nor
     hit the limit (`ended` bool, broadcastable to [B, 2K]); at least K of
-    the 2K do not end in EOS. Returns `(alive_log_probs [B, K], alive_ids
-    [B, K], alive_seq [B, K, L], parents [B, K])`."""
+    the 2K do not end in EOS.
+
+    Args:
+        top_log_probs: float32 tensor [B, 2K]. The candidates' log-probs.
+        top_beams: int32 tensor [B, 2K]. Their parent beams.
+        top_ids: int32 tensor [B, 2K]. Their new tokens.
+        top_seq: int32 tensor [B, 2K, L]. Their sequences.
+        ended: bool tensor, broadcastable to [B, 2K].
+        k: int. The beam size K.
+
+    Returns:
+        Tuple `(alive_log_probs [B, K], alive_ids [B, K], alive_seq
+        [B, K, L], parents [B, K])`.
+    """
     alive_log_probs, (alive_ids, alive_seq, parents) = gather_topk_beams(
         tf.where(ended, _NEG_INF, top_log_probs),
         (top_ids, top_seq, top_beams), k)
@@ -311,8 +377,21 @@ def grow_alive(top_log_probs, top_beams, top_ids, top_seq, ended, k):
 def grow_finished(state, top_log_probs, top_seq, ended, penalty, k):
     """Merges the step's ended candidates, scored `log_prob / penalty`, into
     the K best finished beams of `state`. A candidate enters only if it is
-    live and among the top K of the 2K (see `beam_search`). Returns
-    `(finished_seq [B, K, L], finished_scores [B, K], finished_flags)`."""
+    live and among the top K of the 2K (see `beam_search`).
+
+    Args:
+        state: BeamState. Holds the finished beams so far.
+        top_log_probs: float32 tensor [B, 2K]. The candidates' log-probs.
+        top_seq: int32 tensor [B, 2K, L]. Their sequences.
+        ended: bool tensor, broadcastable to [B, 2K]. Candidates that end
+            (EOS or the row's limit).
+        penalty: scalar float32 tensor. The length penalty of this step.
+        k: int. The beam size K.
+
+    Returns:
+        Tuple `(finished_seq [B, K, L], finished_scores [B, K],
+        finished_flags [B, K])`.
+    """
     in_top_k = tf.range(_dim(top_log_probs, 1))[None, :] < k
     new_flags = (top_log_probs > _DEAD_THRESHOLD) & in_top_k & ended
     new_scores = tf.where(new_flags, top_log_probs / penalty, _NEG_INF)
@@ -328,7 +407,16 @@ def grow_finished(state, top_log_probs, top_seq, ended, penalty, k):
 def beam_search_continues(state, max_length, max_penalty):
     """Whether to run another step: `state.step < max_length` and some row
     has no finished beam or a best alive beam that, at its largest reachable
-    penalty `max_penalty` [B], could still beat its worst finished beam."""
+    penalty `max_penalty` [B], could still beat its worst finished beam.
+
+    Args:
+        state: BeamState. The loop state.
+        max_length: int L.
+        max_penalty: float32 tensor [B]. Each row's largest penalty.
+
+    Returns:
+        Scalar bool tensor.
+    """
     best_alive = state.alive_log_probs[:, 0] / max_penalty  # [B]
     worst_finished = tf.reduce_min(tf.where(
         state.finished_flags, state.finished_scores, -_NEG_INF), axis=1)
@@ -356,93 +444,6 @@ def _length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def _validate(
-    context, step_fn, initial_ids, initial_cache, max_length, eos_id, lengths
-):
-    """Checks the common arguments; returns them as tensors / ints."""
-    if not callable(step_fn):
-        raise invalid_argument("step_fn", "a callable", step_fn, context)
-    max_length = check_positive_int("max_length", max_length, context)
-    if (isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral)
-            or eos_id < 0):
-        raise invalid_argument(
-            "eos_id", "a non-negative integer", eos_id, context)
-    initial_ids = _int_vector("initial_ids", initial_ids, context)
-    if lengths is not None:
-        lengths = _int_vector("max_lengths", lengths, context)
-        if not initial_ids.shape.is_compatible_with(lengths.shape):
-            raise invalid_argument(
-                "max_lengths",
-                f"one limit per row, shape {tuple(initial_ids.shape)}",
-                f"<tensor of shape {tuple(lengths.shape)}>",
-                context,
-            )
-    if initial_cache is None:
-        initial_cache = {}
-    cache = tf.nest.map_structure(tf.convert_to_tensor, initial_cache)
-    batch = initial_ids.shape[0]
-    for t in tf.nest.flatten(cache):
-        if t.shape.rank is None or t.shape.rank < 1 or (
-            batch is not None
-            and t.shape[0] is not None
-            and t.shape[0] != batch
-        ):
-            raise invalid_argument(
-                "initial_cache",
-                f"tensors whose leading axis is the batch axis ({batch})",
-                f"<tensor of shape {t.shape}>",
-                context,
-            )
-    return initial_ids, cache, int(max_length), int(eos_id), lengths
-
-
-def _int_vector(name, x, context):
-    """Converts `x` to an int32 tensor [B], raising if it is not one."""
-    try:
-        t = tf.convert_to_tensor(x)
-    except (TypeError, ValueError):
-        raise invalid_argument(name, "a rank-1 integer tensor", x, context)
-    if t.shape.rank != 1 or not t.dtype.is_integer:
-        raise invalid_argument(
-            name,
-            "a rank-1 integer tensor of shape (B,)",
-            f"<tensor of shape {t.shape} and dtype {t.dtype.name}>",
-            context,
-        )
-    return tf.cast(t, tf.int32)
-
-
-def _row_limits(max_lengths, batch_size, max_length):
-    """Per-row length limits, int32 [B], clipped to [1, max_length]."""
-    if max_lengths is None:
-        return tf.fill([batch_size], max_length)
-    return tf.clip_by_value(max_lengths, 1, max_length)
-
-
-def _dim(x, axis):
-    """Static size of `x` along `axis` if known, else a scalar tensor."""
-    size = x.shape[axis]
-    return size if size is not None else tf.shape(x)[axis]
-
-
-def _keep_shapes(body):
-    """Wraps a loop body so every output keeps its input's static shape.
-
-    Ops such as `tf.reshape(x, [batch_size, -1])` with a dynamic batch size
-    lose static dims that `tf.while_loop` requires to stay fixed.
-    """
-
-    def wrapped(*loop_vars):
-        outputs = body(*loop_vars)
-        return tf.nest.map_structure(
-            lambda new, old: tf.ensure_shape(new, old.shape),
-            outputs,
-            loop_vars,
-        )
-
-    return wrapped
-
-
 def _reorder_cache(cache, new_cache, flat_parents):
     """Gathers each beam's cache from its parent beam, except the tensors
     that `step_fn` passed through unchanged (the same tensor object, e.g. a
@@ -453,46 +454,3 @@ def _reorder_cache(cache, new_cache, flat_parents):
     return tf.nest.map_structure(
         lambda old, new: new if new is old else tf.gather(new, flat_parents),
         cache, new_cache)
-
-
-def _call_step_fn(step_fn, ids, position, cache):
-    """Calls `step_fn` and checks that the cache keeps its structure/shape."""
-    outputs = step_fn(ids, position, cache)
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
-        raise ValueError(
-            "`step_fn` must return a tuple `(logits, new_cache)`. "
-            f"Received: {outputs!r}"
-        )
-    logits, new_cache = outputs
-    logits = tf.convert_to_tensor(logits)
-    if logits.shape.rank != 2 or not logits.dtype.is_floating:
-        raise ValueError(
-            "`step_fn` must return float logits of shape [rows, V]. "
-            f"Received: logits with shape {logits.shape} and dtype "
-            f"{logits.dtype.name}"
-        )
-    try:
-        tf.nest.assert_same_structure(cache, new_cache)
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            "`step_fn` must return a cache with the structure of the cache "
-            f"it received. {e}"
-        ) from None
-
-    def keep_shape(old, new):
-        if new is old:
-            return old  # Passed through: see `_reorder_cache`.
-        new = tf.convert_to_tensor(new)
-        if new.dtype != old.dtype or not new.shape.is_compatible_with(
-            old.shape
-        ):
-            raise ValueError(
-                "`step_fn` must return cache tensors with the dtype and "
-                f"shape they had. Received: {new.dtype.name}{new.shape} for "
-                f"a cache tensor of {old.dtype.name}{old.shape}"
-            )
-        # Loop variables must keep their static shape across iterations.
-        return tf.ensure_shape(new, old.shape)
-
-    new_cache = tf.nest.map_structure(keep_shape, cache, new_cache)
-    return logits, new_cache

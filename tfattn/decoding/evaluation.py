@@ -4,8 +4,9 @@
 - `multi30k_tokenize`: a hypothesis lowercased, normalised and tokenised by
   sacremoses exactly as Multi30k's `tok/` references were made.
 - `evaluate`: translates an evaluation split (`tfattn.decoding.translate`),
-scores it
-  and writes the translations and a metrics JSON into the model directory.
+  scores it and writes the translations and a metrics JSON into the model
+  directory.
+- `greedy_bleu`: the cheap validation score that training logs.
 
 Two BLEU scores, and why both:
 
@@ -45,6 +46,14 @@ from tfattn.utils.files import write_text_atomically
 from tfattn.decoding.translate import translate_texts
 from tfattn.utils.validation import check_choice
 from tfattn.utils.validation import invalid_argument
+
+__all__ = [
+    "MOSES_LANGUAGES",
+    "bleu",
+    "multi30k_tokenize",
+    "evaluate",
+    "greedy_bleu",
+]
 
 _CONTEXT = "evaluation"
 MOSES_LANGUAGES = ("de", "en")
@@ -311,6 +320,9 @@ def greedy_bleu(model, tokenizer, pairs, batch_size=64, extra_length=50):
 
     Returns:
         float, the BLEU score.
+
+    Raises:
+        ValueError: `pairs` is empty.
     """
     if not pairs:
         raise invalid_argument("pairs", "at least one pair", pairs, _CONTEXT)

@@ -22,6 +22,15 @@ from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "decode_lengths",
+    "encode_for_translation",
+    "model_proto_of",
+    "generate_fn",
+    "translate_texts",
+    "sample_translations",
+]
+
 _CONTEXT = "translate"
 
 
@@ -106,7 +115,18 @@ def encode_for_translation(sp_tokenizer, sentences, max_source_length,
 
 
 def model_proto_of(tokenizer):
-    """The serialized SentencePiece model of a tokenizer (or the bytes)."""
+    """The serialized SentencePiece model of a tokenizer (or the bytes).
+
+    Args:
+        tokenizer: a `tfattn.data.SubwordTokenizer` (anything with a
+            non-empty bytes `model_proto`), or the bytes themselves.
+
+    Returns:
+        bytes. The SentencePiece model.
+
+    Raises:
+        ValueError: `tokenizer` has no such `model_proto`.
+    """
     if isinstance(tokenizer, bytes):
         return tokenizer
     proto = getattr(tokenizer, "model_proto", None)
@@ -132,7 +152,21 @@ def generate_fn(model, beam_size, alpha, extra_length, max_length,
     source ids [B, S], traced once per model and settings and cached (weakly)
     for every caller: a beam search run eagerly steps op by op (the four
     attention images of a tiny `--mode=all` run took 2.9 s that way, 1.4 s
-    through the search eval had traced)."""
+    through the search eval had traced).
+
+    Args:
+        model: a built `tfattn.Transformer`. Held weakly.
+        beam_size: int. 1 = greedy search.
+        alpha: float. Length penalty of beam search.
+        extra_length: int. Outputs stop at their source length plus this.
+        max_length: int. The output buffer length (`decode_lengths`).
+        jit_compile: bool. Compile with XLA; the function then takes no
+            input signature and traces once per source shape.
+
+    Returns:
+        The `tf.function`: int32 source ids [B, S] -> `model.generate`'s
+        output.
+    """
     key = (beam_size, alpha, extra_length, max_length, jit_compile)
     per_model = _GENERATE_FNS.setdefault(model, {})
     if key not in per_model:
@@ -251,8 +285,15 @@ def sample_translations(model, tokenizer, decoding, spec, split="validation",
     """Translates the first `count` pairs of a split.
 
     Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: its `tfattn.data.SubwordTokenizer` (or the bytes of its
+            SentencePiece model).
         decoding: dict of `translate_texts` keyword arguments (the run's
             `config.decoding_kwargs(hp)`).
+        spec: DatasetSpec. The dataset (see `sources.load_pairs`).
+        split: str. The split. Defaults to `"validation"`.
+        count: int. Pairs translated (the split's first). Defaults to
+            `100`.
 
     Returns:
         (exact-match rate, list of (source, reference, hypothesis)).

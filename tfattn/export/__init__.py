@@ -20,3 +20,19 @@ from tfattn.export.saved_model import Translator
 from tfattn.export.saved_model import export_translator
 from tfattn.export.saved_model import SavedModelTranslator
 from tfattn.export.saved_model import load_translator
+
+__all__ = [
+    "ATTENTION_SIGNATURE_KEY",
+    "CTranslate2Translator",
+    "KERAS_FILENAME",
+    "NotExportable",
+    "SIGNATURE_KEY",
+    "SavedModelTranslator",
+    "Translations",
+    "Translator",
+    "VOCAB_FILENAME",
+    "export_translator",
+    "load_ctranslate2",
+    "load_translator",
+    "to_ctranslate2",
+]

@@ -7,6 +7,7 @@ answer the same input the same way; `tests/test_serving_contract.py` runs one
 set of cases against each engine.
 
 Input, from Python: a list or tuple of `str`.
+
 - Batch 0 (`[]`): empty outputs.
 - An empty or whitespace-only text (no SentencePiece piece once normalised):
   translation `""`, score 0.0, not truncated, and nothing is decoded for it.
@@ -74,16 +75,35 @@ def checked_texts(texts, context):
 
 
 def empty_source_rows(source_ids):
-    """Bool `[B]`: the rows of encoded sources `[B, S]` that hold EOS alone
-    (their text had no piece)."""
+    """The rows of encoded sources that hold EOS alone (their text had no
+    piece).
+
+    Args:
+        source_ids: int `[B, S]` tensor. Encoded sources, padded with
+            `PAD_ID`.
+
+    Returns:
+        A bool `[B]` tensor, True where a row has at most one id other
+        than padding.
+    """
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID),
                                     tf.int32), axis=1)
     return tf.less_equal(lengths, 1)
 
 
 def utf8_checked(sentences):
-    """`sentences` (`[B]` `tf.string`), after an in-graph check that every
-    row is UTF-8: its error names `sentences_must_be_utf8`."""
+    """`sentences`, after an in-graph check that every row is UTF-8.
+
+    Args:
+        sentences: `[B]` `tf.string` tensor.
+
+    Returns:
+        The `[B]` `tf.string` tensor `sentences`, computed after the check.
+
+    Raises:
+        tf.errors.InvalidArgumentError: a row is not UTF-8 (raised when the
+            graph runs; its message names `sentences_must_be_utf8`).
+    """
     valid = tf.equal(
         tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8",
                                      errors="replace",

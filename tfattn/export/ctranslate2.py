@@ -44,6 +44,16 @@ from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "DECODING_FILENAME",
+    "QUANTIZATIONS",
+    "VOCAB_FILENAME",
+    "CTranslate2Translator",
+    "NotExportable",
+    "load_ctranslate2",
+    "to_ctranslate2",
+]
+
 _CONTEXT = "to_ctranslate2"
 VOCAB_FILENAME = "spm.model"
 DECODING_FILENAME = "tfattn_decoding.json"
@@ -103,6 +113,7 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
         NotExportable: a part of the model does not map exactly.
         FileExistsError: `path` exists and `overwrite` is False.
         ImportError: `ctranslate2` is not installed.
+        ValueError: an invalid argument (the message names it).
     """
     beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
     alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
@@ -159,7 +170,7 @@ class CTranslate2Translator:
     """Text to text with an export of `to_ctranslate2`.
 
     Args:
-        path: the export directory.
+        path: str or path-like. The export directory.
         device: `"cpu"` or `"cuda"`. Defaults to `"cpu"`.
         compute_type: None (the default), or CTranslate2's compute type
             (`"default"` keeps the export's weight type; `"auto"`,
@@ -167,18 +178,24 @@ class CTranslate2Translator:
             an int8 export runs in float32 on a CPU whose int8 products
             would saturate (`int8_cpu.int8_is_faithful`): the 8-bit
             weights, dequantized at load.
-        inter_threads, intra_threads: CTranslate2's threading (batches run
-            in parallel, threads per batch; 0 = CTranslate2's default).
+        inter_threads, intra_threads: int. CTranslate2's threading
+            (batches run in parallel, threads per batch; 0 = CTranslate2's
+            default). Default to `1` and `0`.
 
     Attributes:
         translator: the `ctranslate2.Translator`.
         settings: dict, the export's decoding defaults.
         compute_type: str, the compute type asked of CTranslate2 (None
             resolved); `translator.compute_type` is the one it runs.
+
+    Raises:
+        FileNotFoundError: `path` holds no `tfattn_decoding.json`.
+        ImportError: `ctranslate2` is not installed.
     """
 
     def __init__(self, path, device="cpu", compute_type=None,
                  inter_threads=1, intra_threads=0):
+        """Reads the export's settings and vocabulary, and loads it."""
         import sentencepiece as spm
 
         ctranslate2 = _require_ctranslate2()
@@ -199,8 +216,20 @@ class CTranslate2Translator:
             inter_threads=inter_threads, intra_threads=intra_threads)
 
     def tokenize(self, texts):
-        """(pieces per row without EOS, cut to max_source_length - 1;
-        truncated per row)."""
+        """The pieces of `texts`, cut as the export's sources are.
+
+        Args:
+            texts: list or tuple of str.
+
+        Returns:
+            `(pieces, truncated)`: per row, its list of str pieces without
+            EOS, cut to `max_source_length - 1`, and a bool, True where
+            that cut dropped pieces.
+
+        Raises:
+            ValueError: `texts` breaks the serving contract
+                (`contract.checked_texts`).
+        """
         texts = checked_texts(texts, "CTranslate2Translator.translate")
         keep = self.settings["max_source_length"] - 1
         pieces = self._processor.encode(texts, out_type=str)
@@ -208,7 +237,18 @@ class CTranslate2Translator:
                 [len(row) > keep for row in pieces])
 
     def translate(self, texts, beam_size=None, alpha=None, max_batch_size=0):
-        """List of str -> list of str (see `translate_details`)."""
+        """List of str -> list of str (see `translate_details`).
+
+        Args:
+            texts: list or tuple of str.
+            beam_size: int or None (the export's). 1 = greedy search.
+            alpha: float or None (the export's). The length penalty.
+            max_batch_size: int. CTranslate2 splits larger requests
+                (0 = one batch).
+
+        Returns:
+            A list of str, the translations.
+        """
         return self.translate_details(texts, beam_size, alpha,
                                       max_batch_size).translations
 
@@ -226,6 +266,10 @@ class CTranslate2Translator:
 
         Returns:
             `Translations`.
+
+        Raises:
+            ValueError: `texts` breaks the serving contract, or a bad
+                `beam_size` or `alpha`.
         """
         context = "CTranslate2Translator.translate"
         beam_size = check_positive_int(
@@ -266,6 +310,14 @@ def _resolve_compute_type(compute_type, device, quantization):
 
 
 def load_ctranslate2(path, **kwargs):
-    """A `CTranslate2Translator` of the export at `path` (keyword arguments
-    as `CTranslate2Translator`'s)."""
+    """A `CTranslate2Translator` of the export at `path`.
+
+    Args:
+        path: str or path-like. The directory `to_ctranslate2` wrote.
+        **kwargs: `CTranslate2Translator`'s other arguments (`device`,
+            `compute_type`, `inter_threads`, `intra_threads`).
+
+    Returns:
+        A `CTranslate2Translator`.
+    """
     return CTranslate2Translator(path, **kwargs)

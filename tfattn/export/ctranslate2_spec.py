@@ -42,6 +42,13 @@ from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import UNK_ID
 
+__all__ = [
+    "EXPORTABLE_FLAVORS",
+    "NotExportable",
+    "check_exportable",
+    "transformer_spec",
+]
+
 EXPORTABLE_FLAVORS = ("paper", "reference_2019")
 
 
@@ -54,7 +61,19 @@ def _numpy(variable):
 
 
 def check_exportable(model, vocabulary_size):
-    """Raises `NotExportable` naming what does not map; returns None."""
+    """Checks that every part of `model` maps exactly to CTranslate2.
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        vocabulary_size: int. The pieces of the SentencePiece model it is
+            exported with.
+
+    Raises:
+        NotExportable: not a built `Transformer`, flavour
+            `reference_2017` or another unmapped one, quantized weights, a
+            feed-forward activation other than ReLU, or vocabularies of
+            another size (the message names it).
+    """
     name = type(model).__name__
     if not hasattr(model, "encoder") or not hasattr(model, "flavor"):
         raise NotExportable(
@@ -99,6 +118,10 @@ def transformer_spec(model, pieces):
             the flavours it accepts).
         pieces: list of str, the vocabulary's pieces by id (id 0 padding,
             1 unknown, 2 BOS, 3 EOS).
+
+    Returns:
+        A `ctranslate2.specs.TransformerSpec` holding copies of the model's
+        weights, validated (`spec.validate()`).
 
     Raises:
         NotExportable: see `check_exportable`.

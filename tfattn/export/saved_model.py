@@ -12,17 +12,15 @@ Everything runs inside the graph: SentencePiece tokenisation (a
 bytes, held by the exported `tf.Module`, see docs/traps.md item 7), truncation,
 EOS and padding, the encoder, the cached beam search in one
 `tf.while_loop`, and detokenisation. A client needs only TensorFlow and
-tensorflow-text:
+tensorflow-text::
 
-```python
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-translator = tf.saved_model.load("export_dir")
-out = translator.signatures["serving_default"](
-    sentences=tf.constant(["A dog runs."]))
-out["translations"], out["scores"]
-```
+    translator = tf.saved_model.load("export_dir")
+    out = translator.signatures["serving_default"](
+        sentences=tf.constant(["A dog runs."]))
+    out["translations"], out["scores"]
 
 A second signature, `attention`, returns the translations with their
 pieces and the attention weights of every layer and head (see
@@ -56,6 +54,17 @@ from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "ATTENTION_SIGNATURE_KEY",
+    "KERAS_FILENAME",
+    "SIGNATURE_KEY",
+    "VOCAB_FILENAME",
+    "SavedModelTranslator",
+    "Translator",
+    "export_translator",
+    "load_translator",
+]
+
 _CONTEXT = "export_translator"
 KERAS_FILENAME = "model.keras"
 VOCAB_FILENAME = "spm.model"
@@ -70,17 +79,21 @@ class Translator(tf.Module):
         model: a built `tfattn.Transformer`.
         model_proto: bytes. Its serialized SentencePiece model.
         beam_size, alpha, extra_length: decoding settings, fixed in the
-            graph.
-        max_source_length: int or None. See `tfattn.decoding.evaluation.
-            decode_lengths`.
+            graph. Default to `4`, `0.6` and `50`.
+        max_source_length: int or None. See
+            `tfattn.decoding.translate.decode_lengths`. Defaults to `None`.
         jit_compile: bool. Run `serving_default`'s search under XLA, with
             sources padded to `max_source_length` (one compilation per
-            batch size, as `translate_texts(jit_compile=True)`).
+            batch size, as `translate_texts(jit_compile=True)`). Defaults
+            to `False`.
+        name: str or None. The module name. Defaults to `None`.
     """
 
     def __init__(self, model, model_proto, beam_size=4, alpha=0.6,
                  extra_length=50, max_source_length=None, jit_compile=False,
                  name=None):
+        """Keeps the model and the decoding settings; see the class
+        docstring."""
         super().__init__(name=name)
         # Only the model's variables are saved, not the Keras object: saving
         # a tracked Keras 3 model also traces its default `serving_default`
@@ -125,8 +138,12 @@ class Translator(tf.Module):
         self._model = model
 
     def trace(self):
-        """Traces `translate` and `attention`; returns their concrete
-        functions (the signatures to save), by signature key."""
+        """Traces `translate` and `attention` (the signatures to save).
+
+        Returns:
+            dict: `SIGNATURE_KEY` and `ATTENTION_SIGNATURE_KEY` to the
+            concrete functions of `translate` and `attention`.
+        """
         concrete = self.translate.get_concrete_function()
         self.model_variables = list(concrete.variables)
         return {SIGNATURE_KEY: concrete,
@@ -137,8 +154,16 @@ class Translator(tf.Module):
         tf.TensorSpec([None], tf.string, name="sentences")
     ])
     def translate(self, sentences):
-        """`[B]` strings -> `{'translations': [B] strings, 'scores': [B],
-        'truncated': [B] bool}`."""
+        """Translates a batch of sentences (the `serving_default`
+        signature).
+
+        Args:
+            sentences: `[B]` `tf.string` tensor.
+
+        Returns:
+            dict: `translations` (`[B]` `tf.string`), `scores` (`[B]`
+            float32) and `truncated` (`[B]` bool).
+        """
         if self._jit_compile:
             source, truncated = encode_for_translation(
                 self.tokenizer, _vector_of_strings(sentences),
@@ -180,11 +205,18 @@ class Translator(tf.Module):
         tf.TensorSpec([None], tf.string, name="sentences")
     ])
     def attention(self, sentences):
-        """`[B]` strings -> the translations and the attention of the forward
-        pass over them: `translations` [B], `source_tokens` [B, S] and
-        `target_tokens` [B, T] (pieces; "" past a row's end), and
-        `encoder` [layers, B, H, S, S], `decoder` [layers, B, H, T, T],
-        `cross` [layers, B, H, T, S] (float32), and `truncated` [B]."""
+        """Translates `sentences` and returns the attention of the forward
+        pass over the translations (the `attention` signature).
+
+        Args:
+            sentences: `[B]` `tf.string` tensor.
+
+        Returns:
+            dict: `translations` [B], `source_tokens` [B, S] and
+            `target_tokens` [B, T] (pieces; "" past a row's end),
+            `encoder` [layers, B, H, S, S], `decoder` [layers, B, H, T, T],
+            `cross` [layers, B, H, T, S] (float32), and `truncated` [B].
+        """
         source, truncated, ids, _ = self._decode(sentences)
         # The decoder reads BOS then the output: its query t emitted ids[t].
         target_in = tf.concat(
@@ -254,6 +286,7 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
     Raises:
         FileExistsError: `export_dir` (or `keras_path`) exists and
             `overwrite` is False.
+        ValueError: an invalid argument (the message names it).
     """
     beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
     alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
@@ -311,7 +344,7 @@ class SavedModelTranslator:
     is refused naming `texts[i]` before anything runs in the graph.
 
     Args:
-        export_dir: the export directory.
+        export_dir: str or path-like. The export directory.
 
     Attributes:
         module: the loaded SavedModel (`tf.saved_model.load`).
@@ -319,9 +352,13 @@ class SavedModelTranslator:
             taking `sentences`, a `[B]` `tf.string` tensor.
         settings: dict, the export's decoding settings (`beam_size`,
             `alpha`, `extra_length`, `max_source_length`, `max_length`).
+
+    Raises:
+        FileNotFoundError: `export_dir` holds no `saved_model.pb`.
     """
 
     def __init__(self, export_dir):
+        """Loads the SavedModel and reads its decoding settings."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
         export_dir = os.fspath(export_dir)
@@ -336,15 +373,28 @@ class SavedModelTranslator:
                                       "max_source_length", "max_length")}
 
     def translate(self, texts):
-        """List of str -> list of str (see `translate_details`)."""
+        """List of str -> list of str (see `translate_details`).
+
+        Args:
+            texts: list or tuple of str.
+
+        Returns:
+            A list of str, the translations.
+        """
         return self.translate_details(texts).translations
 
     def translate_details(self, texts):
-        """Translates `texts` (a list or tuple of str) with the export's
-        `serving_default` signature.
+        """Translates `texts` with the export's `serving_default` signature.
+
+        Args:
+            texts: list or tuple of str.
 
         Returns:
             `tfattn.export.contract.Translations`.
+
+        Raises:
+            ValueError: `texts` breaks the serving contract (naming
+                `texts` or `texts[i]`).
         """
         texts = contract.checked_texts(texts,
                                        "SavedModelTranslator.translate")
@@ -360,7 +410,8 @@ def load_translator(export_dir):
     """A `SavedModelTranslator` of the export at `export_dir`.
 
     Args:
-        export_dir: str or path-like.
+        export_dir: str or path-like. The directory `export_translator`
+            wrote.
 
     Returns:
         `SavedModelTranslator`: `.translate(texts)` for text, `.signatures`

@@ -26,12 +26,12 @@ Both return a new, built layer; the input is not changed. `attention_axes`
 the gate's kernel [C, H, d_v] <-> [C, H·d_v]. An unbuilt layer or one of
 another class is refused.
 
-```python
-theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)
-theirs(x, x)
-ours = tfattn.interop.from_keras(theirs)   # ours(x, x) == theirs(x, x)
-back = tfattn.interop.to_keras(ours)       # same weights as `theirs`
-```
+Example::
+
+    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)
+    theirs(x, x)
+    ours = tfattn.interop.from_keras(theirs)   # ours(x, x) == theirs(x, x)
+    back = tfattn.interop.to_keras(ours)       # same weights as `theirs`
 """
 
 import keras
@@ -61,6 +61,14 @@ def _describe(layer):
 def from_keras(layer):
     """A paper-flavour `tfattn.MultiHeadAttention` equal to a built
     `keras.layers.MultiHeadAttention`.
+
+    Args:
+        layer: keras.layers.MultiHeadAttention. A built layer; it is not
+            changed.
+
+    Returns:
+        A new, built `tfattn.MultiHeadAttention` with the same arguments
+        and weights.
 
     Raises:
         ValueError: not a built Keras MultiHeadAttention.
@@ -105,6 +113,14 @@ def from_keras(layer):
 def to_keras(layer):
     """A `keras.layers.MultiHeadAttention` equal to a built paper-flavour
     `tfattn.MultiHeadAttention`.
+
+    Args:
+        layer: tfattn.MultiHeadAttention. A built layer of flavour `paper`;
+            it is not changed.
+
+    Returns:
+        A new, built `keras.layers.MultiHeadAttention` with the same
+        arguments and weights.
 
     Raises:
         ValueError: not a built tfattn MultiHeadAttention of the paper
@@ -216,8 +232,16 @@ def from_keras_hub(block):
     the causal mask, an all-False attention-mask row): tfattn gives zero
     weights, keras-hub with `dropout=0` uniform ones.
 
+    Args:
+        block: keras_hub.layers.TransformerEncoder or TransformerDecoder. A
+            built block; it is not changed.
+
+    Returns:
+        A new, built `EncoderBlock` (for an encoder) or `DecoderBlock`.
+
     Raises:
         ValueError: another class, or an unbuilt block.
+        ImportError: keras-hub is not installed.
     """
     from tfattn.layers.decoder_block import DecoderBlock
     from tfattn.layers.encoder_block import EncoderBlock
@@ -266,8 +290,17 @@ def to_keras_hub(block):
     width (keras-hub's key_dim = width / num_heads); equal outputs where
     `from_keras_hub` says.
 
+    Args:
+        block: EncoderBlock or DecoderBlock. A built block of flavour
+            `paper`; it is not changed.
+
+    Returns:
+        A new, built keras-hub `TransformerEncoder` (for an `EncoderBlock`)
+        or `TransformerDecoder`.
+
     Raises:
         ValueError: another class or flavour, or an unbuilt block.
+        ImportError: keras-hub is not installed.
     """
     from tfattn.layers.decoder_block import DecoderBlock
     from tfattn.layers.encoder_block import EncoderBlock

@@ -24,10 +24,10 @@ Optimizer state (`.../Adam`, `.../Adam_1`, `beta1_power`, `beta2_power`,
 `global_step`) is skipped. Anything else that is missing, left over or of
 another shape is refused, every such name listed.
 
-```python
-model = tfattn.interop.from_reference_checkpoint("logdir/1")  # flavour found
-logits = model((source_ids, target_in_ids))
-```
+Example::
+
+    model = tfattn.interop.from_reference_checkpoint("logdir/1")  # flavour
+    logits = model((source_ids, target_in_ids))
 """
 
 import os
@@ -37,6 +37,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn.utils import validation
+
+__all__ = [
+    "from_reference_checkpoint",
+    "load_reference_checkpoint",
+    "variable_map",
+]
 
 _CONTEXT = "reference checkpoint"
 _OPTIMIZER = re.compile(r"(^|/)(Adam(_\d+)?|beta[12]_power|global_step)$")
@@ -76,8 +82,15 @@ def _feed_forward(dense_scope, norm_scope, block, flavor):
 
 
 def variable_map(model):
-    """{TF1 variable name: the model's Keras variable} for a built
-    reference-flavour `Transformer`."""
+    """The TF1 variable name of each weight of a reference-flavour model.
+
+    Args:
+        model: a built `tfattn.Transformer` of flavour `reference_2017` or
+            `reference_2019`.
+
+    Returns:
+        dict: TF1 variable name (str) to the model's Keras variable.
+    """
     flavor = model.flavor
     old = flavor == "reference_2017"
     ln_names = ("Variable", "Variable_1") if old else ("beta", "gamma")
@@ -154,6 +167,15 @@ def load_reference_checkpoint(model, path):
     """Assigns a referenced TF1 checkpoint to a built `reference_2017` /
     `reference_2019` `Transformer` of the same size.
 
+    Args:
+        model: a built `tfattn.Transformer` of flavour `reference_2017` or
+            `reference_2019`.
+        path: str. A checkpoint prefix, or a directory (its latest
+            checkpoint).
+
+    Returns:
+        `model`, its weights assigned from the checkpoint.
+
     Raises:
         ValueError: another flavour of model; an unreadable path; variables
             missing from the checkpoint, left over in it, or of another
@@ -201,12 +223,22 @@ def from_reference_checkpoint(path, flavor=None, num_heads=8, **kwargs):
     `num_heads` cannot be read from it (the reference's default is 8).
 
     Args:
-        path: checkpoint prefix, or a directory (its latest checkpoint).
-        flavor: "reference_2017", "reference_2019" or None (found from the
-            variable names).
-        num_heads: int. Heads of every attention layer.
+        path: str. A checkpoint prefix, or a directory (its latest
+            checkpoint).
+        flavor: str or None. `"reference_2017"`, `"reference_2019"` or None
+            (found from the variable names). Defaults to `None`.
+        num_heads: int. Heads of every attention layer. Defaults to `8`.
         **kwargs: further `Transformer` arguments (`dropout_rate`,
             `max_length` for 2019, ...).
+
+    Returns:
+        A built `tfattn.Transformer` holding the checkpoint's weights
+        (`dropout_rate` 0 unless given).
+
+    Raises:
+        ValueError: an unreadable path, no flavour found or another one
+            than `flavor`, or variables that do not fit (see
+            `load_reference_checkpoint`).
     """
     from tfattn.models.transformer import Transformer
 

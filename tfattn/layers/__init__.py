@@ -12,3 +12,7 @@ from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.token_embedding import TokenEmbedding
+
+__all__ = ["Attention", "Decoder", "DecoderBlock", "Dropout", "Encoder",
+           "EncoderBlock", "FeedForward", "HardAttention", "LayerNormalization",
+           "MultiHeadAttention", "PositionalEncoding", "TokenEmbedding"]

@@ -8,6 +8,8 @@ from tfattn.utils import validation
 from tfattn.layers.attention_base import ScoredAttentionBase
 from tfattn.ops.attention import masked_softmax
 
+__all__ = ["Attention"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class Attention(ScoredAttentionBase):
@@ -47,15 +49,17 @@ class Attention(ScoredAttentionBase):
             training.
         causality: bool. Query i may only see keys 0..i.
         seed: int or None. Seed of the dropout.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            ...).
 
     Call arguments:
-        query: [B, T_q, D_q], or [B, D_q] for one query per row.
-        keys: [B, T_k, D_k]. Its Keras mask, if any, is read.
-        values: [B, T_k, D_v] or None (= keys).
-        mask: bool [B, T_k] or broadcastable to [B, T_q, T_k], True = may
-            attend; or None.
-        training: bool or None (dropout).
-        return_attention_scores: bool. Also return the weights.
+        - query: [B, T_q, D_q], or [B, D_q] for one query per row.
+        - keys: [B, T_k, D_k]. Its Keras mask, if any, is read.
+        - values: [B, T_k, D_v] or None (= keys).
+        - mask: bool [B, T_k] or broadcastable to [B, T_q, T_k], True = may
+          attend; or None.
+        - training: bool or None (dropout).
+        - return_attention_scores: bool. Also return the weights.
 
     Returns:
         The output [B, T_q, D_v] ([B, D_v] for a single query), and with
@@ -68,6 +72,7 @@ class Attention(ScoredAttentionBase):
 
     def __init__(self, score="scaled_dot", units=None, num_heads=1,
                  dropout_rate=0.0, causality=False, seed=None, **kwargs):
+        """Checks the arguments (see the class docstring)."""
         super().__init__(score=score, units=units, num_heads=num_heads,
                          causality=causality, seed=seed, **kwargs)
         self.dropout_rate = validation.check_rate(

@@ -7,6 +7,11 @@ from keras import ops
 from tfattn.utils import validation
 from tfattn.layers.initializers import initializer_arguments
 
+__all__ = ["DENSE_OPTIONS", "check_attention_mask", "check_cache",
+           "check_divisible", "check_inputs", "check_mask",
+           "check_output_shape", "check_projections", "dense_options",
+           "serialize_dense_options", "write_cache"]
+
 _CONTEXT = "MultiHeadAttention"
 
 
@@ -17,9 +22,25 @@ def check_projections(check_paper_only, num_units, num_heads, key_dim,
     `check_paper_only(name, value, default, why)` (`attention_flavors`)
     refuses what its reference fixes.
 
+    Args:
+        check_paper_only: callable. The flavour's `check_paper_only`.
+        num_units: int or None. The layer's `num_units`.
+        num_heads: int. The (checked) number of heads H.
+        key_dim: int or None. Keras's per-head query/key width.
+        value_dim: int or None. Keras's per-head value width; needs
+            `key_dim`.
+        output_shape: int, a tuple/list of ints, or None.
+        use_bias: bool.
+        **options: the six `DENSE_OPTIONS` (`kernel_initializer`, ...,
+            `bias_constraint`), as the layer received them.
+
     Returns:
         (output_shape as a tuple of ints or None, use_bias, the resolved Keras
         initializers, regularizers and constraints by argument name).
+
+    Raises:
+        ValueError: an invalid or contradictory argument, or one the
+            flavour's reference fixes.
     """
     for name, value in (("key_dim", key_dim), ("value_dim", value_dim)):
         if value is not None:
@@ -49,7 +70,15 @@ def check_projections(check_paper_only, num_units, num_heads, key_dim,
 
 
 def serialize_dense_options(options):
-    """`get_config` values of `dense_options`' result (None stays None)."""
+    """`get_config` values of `dense_options`' result (None stays None).
+
+    Args:
+        options: dict. Keras initializers, regularizers and constraints by
+            argument name (`DENSE_OPTIONS`).
+
+    Returns:
+        dict. The same names, each value serialized by Keras.
+    """
     serializers = {"initializer": keras.initializers.serialize,
                    "regularizer": keras.regularizers.serialize,
                    "constraint": keras.constraints.serialize}
@@ -59,6 +88,15 @@ def serialize_dense_options(options):
 
 
 def check_divisible(num_units, num_heads):
+    """Checks that the heads split the projection width evenly.
+
+    Args:
+        num_units: int. The projection width C.
+        num_heads: int. The number of heads H.
+
+    Raises:
+        ValueError: `num_units` is not a multiple of `num_heads`.
+    """
     if num_units % num_heads:
         raise validation.invalid_argument(
             "num_units",
@@ -69,6 +107,18 @@ def check_divisible(num_units, num_heads):
 
 
 def check_mask(name, mask, expected_shape, meaning):
+    """Checks that `mask` is a bool tensor of `expected_shape`.
+
+    Args:
+        name: str. The argument's name, for the error message.
+        mask: tensor. The mask to check.
+        expected_shape: tuple. The shape it must have; None entries (in
+            either shape) match any size.
+        meaning: str. The shape in words, e.g. `"[B, T_k]"`.
+
+    Raises:
+        ValueError: another dtype, rank or size.
+    """
     shape = validation.shape_of(mask)
     dtype = keras.backend.standardize_dtype(mask.dtype)
     if dtype != "bool":
@@ -91,8 +141,18 @@ def check_mask(name, mask, expected_shape, meaning):
 
 
 def check_attention_mask(mask, scores_shape):
-    """A bool mask that broadcasts as Keras's: [T_q, T_k], [B or 1, T_q,
-    T_k] or [B or 1, H or 1, T_q, T_k] against scores [B, H, T_q, T_k]."""
+    """Checks that `mask` is a bool mask that broadcasts as Keras's: [T_q,
+    T_k], [B or 1, T_q, T_k] or [B or 1, H or 1, T_q, T_k] against scores
+    [B, H, T_q, T_k].
+
+    Args:
+        mask: tensor. The `attention_mask` to check.
+        scores_shape: tuple. The scores' shape (B, H, T_q, T_k); None
+            entries match any size.
+
+    Raises:
+        ValueError: another dtype, rank or shape.
+    """
     shape = validation.shape_of(mask)
     dtype = keras.backend.standardize_dtype(mask.dtype)
     expected = ("a bool tensor of shape [T_q, T_k], [B or 1, T_q, T_k] or "
@@ -123,7 +183,17 @@ DENSE_OPTIONS = (
 def dense_options(**options):
     """Keras objects for the projections' initializers (`initializers.
     initializer_arguments`), regularizers and constraints (names, configs or
-    instances, as Keras takes them; None for no regularizer/constraint)."""
+    instances, as Keras takes them; None for no regularizer/constraint).
+
+    Args:
+        **options: the `DENSE_OPTIONS` by name, as the layer received them.
+
+    Returns:
+        dict. The Keras object (or None) of each argument, by name.
+
+    Raises:
+        ValueError: a value Keras cannot resolve, naming its argument.
+    """
     getters = {"regularizer": keras.regularizers.get,
                "constraint": keras.constraints.get}
     resolved = initializer_arguments(
@@ -143,8 +213,18 @@ def dense_options(**options):
 
 
 def check_output_shape(output_shape):
-    """None, or the output's trailing shape as a tuple of positive ints (an
-    int, list or tuple, as Keras takes it)."""
+    """Checks Keras's `output_shape` argument.
+
+    Args:
+        output_shape: None, a positive int, or a list or tuple of positive
+            ints, as Keras takes it.
+
+    Returns:
+        None, or the output's trailing shape as a tuple of positive ints.
+
+    Raises:
+        ValueError: any other value.
+    """
     if output_shape is None:
         return None
     dims = output_shape
@@ -161,7 +241,20 @@ def check_output_shape(output_shape):
 
 
 def write_cache(cache, cache_index, key, value, key_keep):
-    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe)."""
+    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe).
+
+    Args:
+        cache: dict. The cache from `init_cache`: "key" and "value"
+            [B, H, L, d], "keep" bool [B, L].
+        cache_index: scalar int tensor. The position of the first new key.
+        key: tensor [B, H, T, d]. The new keys, split into heads.
+        value: tensor [B, H, T, d_v]. The new values, split into heads.
+        key_keep: bool [B, T] keep-mask of the new keys, or None (all
+            kept).
+
+    Returns:
+        dict. The updated cache, of the same keys and shapes.
+    """
     index = ops.cast(cache_index, "int32")
     zero = ops.zeros((), "int32")
     if key_keep is None:
@@ -183,7 +276,23 @@ def check_inputs(
     layer, queries, keys, values, key_masks, attention_mask, padding_mask,
     cache, cache_index,
 ):
-    """Ranks, batch and length agreement, masks and cache of a call."""
+    """Checks the ranks, batch and length agreement, masks and cache of a
+    call of `layer` on [B, T, C] inputs.
+
+    Args:
+        layer: MultiHeadAttention. The (built) layer being called.
+        queries: tensor [B, T_q, C_q].
+        keys: tensor [B, T_k, C_k].
+        values: tensor [B, T_k, C_v].
+        key_masks: bool [B, T_k] or None (`reference_2019` only).
+        attention_mask: bool tensor or None (see `check_attention_mask`).
+        padding_mask: bool [B, T_k] or None.
+        cache: dict or None (see `check_cache`).
+        cache_index: scalar int tensor or None.
+
+    Raises:
+        ValueError: the first argument that does not fit, by name.
+    """
     q_shape = validation.check_rank(
         "queries", queries, 3, "[B, T_q, C]", _CONTEXT)
     k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", _CONTEXT)
@@ -217,7 +326,21 @@ def check_inputs(
 
 
 def check_cache(layer, cache, cache_index, batch):
-    """Checks a cache against this layer; returns its key length."""
+    """Checks a cache against this layer.
+
+    Args:
+        layer: MultiHeadAttention. The (built) layer being called.
+        cache: dict. From `init_cache` or `precompute_cache`.
+        cache_index: scalar int tensor or None.
+        batch: int or None. The queries' batch size B.
+
+    Returns:
+        The cache's key length (int or None).
+
+    Raises:
+        ValueError: not a cache of this layer, or a `cache_index` for a
+            layer with `causality=False`.
+    """
     if not isinstance(cache, dict) or set(cache) != {"key", "value", "keep"}:
         raise validation.invalid_argument(
             "cache",

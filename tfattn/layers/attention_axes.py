@@ -28,11 +28,24 @@ from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
 from tfattn.ops import masking
 
+__all__ = ["Fold", "check_attention_axes", "check_input_ranks", "resolve"]
+
 _CONTEXT = "MultiHeadAttention"
 
 
 def check_attention_axes(attention_axes, flavor):
-    """None, an int or a list/tuple of ints (stored as a tuple, as Keras)."""
+    """Checks Keras's `attention_axes` argument.
+
+    Args:
+        attention_axes: None, an int or a non-empty list/tuple of ints.
+        flavor: str. The layer's flavour; only `"paper"` takes axes.
+
+    Returns:
+        None, or the axes as a tuple of ints (as Keras stores them).
+
+    Raises:
+        ValueError: another value, or axes in a reference flavour.
+    """
     if attention_axes is None:
         return None
     axes = attention_axes
@@ -57,6 +70,16 @@ def resolve(attention_axes, rank):
 
     None means every axis between the batch and the features, as Keras.
     Negative axes count from the end of the input's axes.
+
+    Args:
+        attention_axes: None or a tuple of ints (`check_attention_axes`).
+        rank: int. The inputs' rank.
+
+    Returns:
+        tuple of ints, each in [1, rank - 2].
+
+    Raises:
+        ValueError: repeated axes, or the batch or feature axis.
     """
     if attention_axes is None:
         return tuple(range(1, rank - 1))
@@ -70,8 +93,20 @@ def resolve(attention_axes, rank):
 
 
 def check_input_ranks(flavor, shapes):
-    """Queries, keys and values of one rank: 3, or more in the paper flavour
-    (Keras's `attention_axes`). Returns the rank."""
+    """Checks that queries, keys and values have one rank: 3, or more in
+    the paper flavour (Keras's `attention_axes`).
+
+    Args:
+        flavor: str. The layer's flavour.
+        shapes: dict. The shapes (tuples) of "queries", "keys", "values".
+
+    Returns:
+        int. The inputs' rank.
+
+    Raises:
+        ValueError: a rank below 3, above 3 in a reference flavour, or
+            ranks that differ.
+    """
     rank = len(shapes["queries"])
     if rank < 3 or (rank > 3 and flavor != "paper"):
         expected = "a rank-3 tensor [B, T, C]" + (
@@ -89,9 +124,18 @@ def check_input_ranks(flavor, shapes):
 
 
 class Fold:
-    """How one call's [B, d_1, ..., d_n, C] inputs fold to [B', T, C]."""
+    """How one call's [B, d_1, ..., d_n, C] inputs fold to [B', T, C].
+
+    B' is B times the sizes of the batch axes, T the product of the sizes
+    of the attention axes.
+
+    Args:
+        rank: int. The inputs' rank n + 2.
+        axes: tuple of ints. The attention axes (`resolve`).
+    """
 
     def __init__(self, rank, axes):
+        """Computes the transposition that puts the attention axes last."""
         self.axes = axes
         self.batch_axes = tuple(a for a in range(rank - 1) if a not in axes)
         self.perm = self.batch_axes + axes + (rank - 1,)
@@ -101,7 +145,27 @@ class Fold:
                attention_mask, padding_mask, training,
                return_attention_scores):
         """`attend` (rank-3 attention, `MultiHeadAttention._attend`) over
-        the folded inputs and masks; outputs and scores unfolded."""
+        the folded inputs and masks; outputs and scores unfolded.
+
+        Args:
+            attend: callable. The rank-3 attention, called with
+                `MultiHeadAttention._attend`'s arguments.
+            num_heads: int. The number of heads H.
+            queries: tensor [B, d_1, ..., d_n, C_q].
+            keys: tensor [B, d_1, ..., d_n, C_k], of the queries' rank.
+            values: tensor [B, d_1, ..., d_n, C_v], of the keys' shape but
+                the last axis.
+            attention_mask: bool tensor or None (`fold_attention_mask`).
+            padding_mask: bool tensor of the keys' shape without the
+                features, or None.
+            training: bool or None.
+            return_attention_scores: bool.
+
+        Returns:
+            The output, of the queries' layout with the output width; with
+            `return_attention_scores`, `(output, scores)`, the scores in
+            Keras's layout (`scores_shape`).
+        """
         if padding_mask is not None:
             arguments.check_mask("padding_mask", padding_mask,
                                  tuple(keys.shape[:-1]),
@@ -126,7 +190,14 @@ class Fold:
         return [shape[a] for a in axes]
 
     def fold(self, x):
-        """[B, d_1, ..., d_n, C] -> [B', T, C]."""
+        """[B, d_1, ..., d_n, C] -> [B', T, C].
+
+        Args:
+            x: tensor [B, d_1, ..., d_n, C].
+
+        Returns:
+            tensor [B', T, C].
+        """
         width = ops.shape(x)[-1]
         x = ops.transpose(x, self.perm)
         length = math.prod(self._sizes(x, range(len(self.batch_axes),
@@ -134,7 +205,14 @@ class Fold:
         return ops.reshape(x, (-1, length, width))
 
     def fold_positions(self, mask):
-        """A padding-style mask [B, d_1, ..., d_n] -> [B', T], or None."""
+        """A padding-style mask [B, d_1, ..., d_n] -> [B', T], or None.
+
+        Args:
+            mask: bool tensor [B, d_1, ..., d_n], or None.
+
+        Returns:
+            bool tensor [B', T], or None when `mask` is None.
+        """
         if mask is None:
             return None
         mask = ops.transpose(mask, self.perm[:-1])
@@ -143,25 +221,65 @@ class Fold:
         return ops.reshape(mask, (-1, length))
 
     def unfold(self, y, queries):
-        """[B', T_q, O] -> the queries' layout with O features."""
+        """[B', T_q, O] -> the queries' layout with O features.
+
+        Args:
+            y: tensor [B', T_q, O].
+            queries: tensor [B, d_1, ..., d_n, C_q], for the sizes.
+
+        Returns:
+            tensor [B, d_1, ..., d_n, O].
+        """
         sizes = self._sizes(queries, self.batch_axes + self.axes)
         y = ops.reshape(y, sizes + [ops.shape(y)[-1]])
         return ops.transpose(y, self.inverse)
 
     def scores_shape(self, queries, keys, num_heads):
-        """Keras's layout [B, batch axes..., H, q axes..., k axes...]."""
+        """Keras's layout [B, batch axes..., H, q axes..., k axes...].
+
+        Args:
+            queries: tensor [B, d_1, ..., d_n, C_q].
+            keys: tensor [B, d_1, ..., d_n, C_k].
+            num_heads: int or scalar tensor. The number of heads H.
+
+        Returns:
+            list. The sizes of the scores' axes (ints or scalar tensors).
+        """
         return (self._sizes(queries, self.batch_axes) + [num_heads]
                 + self._sizes(queries, self.axes)
                 + self._sizes(keys, self.axes))
 
     def unfold_scores(self, scores, queries, keys):
-        """[B', H, T_q, T_k] -> Keras's layout."""
+        """[B', H, T_q, T_k] -> Keras's layout.
+
+        Args:
+            scores: tensor [B', H, T_q, T_k].
+            queries: tensor [B, d_1, ..., d_n, C_q], for the sizes.
+            keys: tensor [B, d_1, ..., d_n, C_k], for the sizes.
+
+        Returns:
+            tensor of shape `scores_shape(queries, keys, H)`.
+        """
         return ops.reshape(scores, self.scores_shape(queries, keys,
                                                      ops.shape(scores)[1]))
 
     def fold_attention_mask(self, mask, queries, keys, num_heads):
         """Keras's expansion of `attention_mask`, checked and folded to
-        [B', 1 or H, T_q, T_k]."""
+        [B', 1 or H, T_q, T_k].
+
+        Args:
+            mask: bool tensor that broadcasts to the scores
+                (`scores_shape`) once axes are inserted where the heads sit.
+            queries: tensor [B, d_1, ..., d_n, C_q].
+            keys: tensor [B, d_1, ..., d_n, C_k].
+            num_heads: int. The number of heads H.
+
+        Returns:
+            bool tensor [B', 1 or H, T_q, T_k].
+
+        Raises:
+            ValueError: another dtype, or a shape that does not broadcast.
+        """
         want = self.scores_shape(queries, keys, num_heads)
         static = tuple(validation.shape_of(mask))
         dtype = keras.backend.standardize_dtype(mask.dtype)

@@ -5,14 +5,12 @@ Shapes: B = batch, T_q = query length (absent for a single query per row),
 T_k = key length, H = heads, D_q / D_k / D_v = query / key / value widths,
 d_q = D_q / H, d_k = D_k / H (per head).
 
-Scoring functions s(k, q), per head:
+Scoring functions s(k, q), per head (score: formula; weights):
 
-| score | formula | weights |
-|---|---|---|
-| `"dot"` | kᵀq (d_k = d_q) | none |
-| `"scaled_dot"` | kᵀq / sqrt(d_k) (d_k = d_q) | none |
-| `"additive"` | vᵀ tanh(W k + U q) | W, U, v (below) |
-| `"bilinear"` | kᵀ W q | `bilinear_kernel` [d_k, d_q] |
+- `"dot"`: kᵀq (d_k = d_q); none.
+- `"scaled_dot"`: kᵀq / sqrt(d_k) (d_k = d_q); none.
+- `"additive"`: vᵀ tanh(W k + U q); W, U, v (below).
+- `"bilinear"`: kᵀ W q; `bilinear_kernel` [d_k, d_q].
 
 The additive weights, without biases: `key_dense` (W: d_k -> units),
 `query_dense` (U: d_q -> units), `score_dense` (v: units -> 1).
@@ -28,17 +26,32 @@ from keras import ops
 from tfattn.utils import validation
 from tfattn.ops import masking
 
+__all__ = ["SCORES", "ScoredAttentionBase"]
+
 SCORES = ("dot", "scaled_dot", "additive", "bilinear")
 
 
 class ScoredAttentionBase(keras.layers.Layer):
     """Base of the attention-family layers (not public): scoring weights,
-    input checks, head split and the combined keep-mask."""
+    input checks, head split and the combined keep-mask.
+
+    Args:
+        score: one of `SCORES`. Defaults to `"scaled_dot"`.
+        units: int or None. Hidden width of the additive score; None is the
+            per-head key width d_k.
+        num_heads: int. Heads the widths are split into. Defaults to `1`.
+        causality: bool. Query i may only see keys 0..i. Defaults to
+            `False`.
+        seed: int or None. Seed of the subclass's randomness.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            ...).
+    """
 
     context = "Attention"
 
     def __init__(self, score="scaled_dot", units=None, num_heads=1,
                  causality=False, seed=None, **kwargs):
+        """Checks the arguments (see the class docstring)."""
         super().__init__(**kwargs)
         self.score = validation.check_choice("score", score, SCORES,
                                              self.context)

@@ -8,6 +8,8 @@ from keras import ops
 from tfattn.layers import attention_arguments as arguments
 from tfattn.ops import attention as attention_ops
 
+__all__ = ["AttentionCacheMixin"]
+
 
 class AttentionCacheMixin:
     """The cache methods of `MultiHeadAttention` (every flavour): an empty
@@ -21,6 +23,10 @@ class AttentionCacheMixin:
 
     def init_cache(self, batch_size, max_length):
         """An empty self-attention cache for incremental decoding.
+
+        Args:
+            batch_size: int. The batch size B.
+            max_length: int. The number of positions the cache holds.
 
         Returns:
             dict with "key" and "value" [B, H, max_length, d] zeros in the
@@ -40,6 +46,14 @@ class AttentionCacheMixin:
     def precompute_cache(self, keys, values=None, key_masks=None,
                          padding_mask=None):
         """Projects fixed keys/values once (cross-attention over a memory).
+
+        Args:
+            keys: tensor [B, T_k, C_k]. The memory the queries attend to.
+            values: tensor [B, T_k, C_v] or None (the keys). Not accepted
+                by `reference_2017`, whose V is projected from the keys.
+            key_masks: bool [B, T_k], True = padding (`reference_2019`),
+                or None.
+            padding_mask: bool [B, T_k], True = a real key, or None.
 
         Returns:
             dict with "key" and "value" [B, H, T_k, d] and "keep" bool

@@ -26,6 +26,9 @@ from tfattn.layers import attention_arguments as arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.ops import masking
 
+__all__ = ["PaperFlavor", "ReferenceFlavor", "Reference2017Flavor",
+           "Reference2019Flavor", "of"]
+
 _CONTEXT = "MultiHeadAttention"
 
 
@@ -44,14 +47,34 @@ class PaperFlavor:
 
     def check_paper_only(self, name, value, default, why):
         """Refuses `value` != `default` for an argument only the paper
-        flavour takes; every value passes here."""
+        flavour takes; every value passes here.
+
+        Args:
+            name: str. The argument's name.
+            value: any. The value the layer received.
+            default: any. The only value the reference flavours take.
+            why: str. Appended to the error message (the reason).
+        """
 
     def check_values_allowed(self, values_shape):
         """Refuses separate `values` where V comes from the keys; they pass
-        here."""
+        here.
+
+        Args:
+            values_shape: tuple or TensorShape. The values' shape.
+        """
 
     def check_key_masks(self, key_masks, batch, key_length):
-        """`key_masks` belongs to `reference_2019`: refused here."""
+        """`key_masks` belongs to `reference_2019`: refused here.
+
+        Args:
+            key_masks: bool tensor or None.
+            batch: int or None. The batch size B.
+            key_length: int or None. The key length T_k.
+
+        Raises:
+            ValueError: `key_masks` is not None.
+        """
         if key_masks is not None:
             raise validation.invalid_argument(
                 "key_masks",
@@ -63,35 +86,76 @@ class PaperFlavor:
 
     def check_widths(self, units, queries_shape, num_units):
         """Checks the projection width against the queries' (any width
-        here)."""
+        here).
+
+        Args:
+            units: int. The projection width H·d.
+            queries_shape: tuple. The queries' shape [B, T_q, C_q].
+            num_units: int or None. The layer's argument, for the message.
+        """
 
     def build_ending(self, layer, queries_shape, value_units, output_units):
-        """`layer.output_dense`, the projection of the heads [B, T_q,
-        H·d_v]."""
+        """Builds `layer.output_dense`, the projection of the heads [B, T_q,
+        H·d_v].
+
+        Args:
+            layer: MultiHeadAttention. The layer being built.
+            queries_shape: tuple. The queries' shape [B, T_q, C_q].
+            value_units: int. The heads' width H·d_v.
+            output_units: int. The output width O.
+        """
         layer.output_dense = layer._projection(output_units, "output_dense")
         layer.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
 
     def output(self, layer, heads, queries):
         """The heads [B, T_q, H·d_v] (times the gate) through the output
-        projection: [B, T_q, O]."""
+        projection.
+
+        Args:
+            layer: MultiHeadAttention. The built layer.
+            heads: tensor [B, T_q, H·d_v]. The heads, merged.
+            queries: tensor [B, T_q, C_q]. The gate's input.
+
+        Returns:
+            tensor [B, T_q, O].
+        """
         if layer.use_gate:
             heads = heads * layer.gate_dense(queries)
         return layer.output_dense(heads)
 
     def key_keep(self, keys, values, key_masks, padding_mask):
-        """The keys' keep-mask [B, T_k] (True = real key), or None: the
-        Keras implicit mask of the keys (else of the values) and
-        `padding_mask`."""
+        """The keys' keep-mask: the Keras implicit mask of the keys (else of
+        the values) and `padding_mask`.
+
+        Args:
+            keys: tensor [B, T_k, C_k].
+            values: tensor [B, T_k, C_v].
+            key_masks: None here (`check_key_masks`).
+            padding_mask: bool [B, T_k], True = a real key, or None.
+
+        Returns:
+            bool [B, T_k] (True = real key), or None when nothing masks.
+        """
         keep = masking.implicit_mask(keys)
         if keep is None:
             keep = masking.implicit_mask(values)
         return masking.combine_masks(keep, padding_mask)
 
     def score_masks(self, queries, key_keep, attention_mask, positions):
-        """(bool mask broadcasting to the scores [B, H, T_q, T_k] or None,
-        additive float32 score bias or None, multiplier of the weights or
-        None). Here (and in Keras) padded keys and the queries padded by
-        their Keras implicit mask are masked."""
+        """The masks of the scores. Here (and in Keras) padded keys and the
+        queries padded by their Keras implicit mask are masked.
+
+        Args:
+            queries: tensor [B, T_q, C_q] (its implicit mask is read).
+            key_keep: bool [B, T_k] or None (`key_keep`).
+            attention_mask: bool tensor (Keras's shapes) or None.
+            positions: bool [T_q, T_k] causal/band keep-mask, or None.
+
+        Returns:
+            (bool mask broadcasting to the scores [B, H, T_q, T_k] or None,
+            additive float32 score bias or None, multiplier of the weights
+            or None).
+        """
         mask = masking.as_score_mask(
             padding=key_keep, query_padding=masking.implicit_mask(queries),
             attention=attention_mask, causal=positions)
@@ -109,12 +173,34 @@ class ReferenceFlavor(PaperFlavor):
     fully_masked = "uniform"
 
     def check_paper_only(self, name, value, default, why):
+        """Refuses `value` != `default`: the reference fixes it.
+
+        Args:
+            name: str. The argument's name.
+            value: any. The value the layer received.
+            default: any. The only value taken here.
+            why: str. Appended to the error message (the reason).
+
+        Raises:
+            ValueError: `value` != `default`.
+        """
         if value != default:
             raise validation.invalid_argument(
                 name, f"{default} in flavor '{self.name}'{why}", value,
                 _CONTEXT)
 
     def check_widths(self, units, queries_shape, num_units):
+        """Refuses a projection width other than the queries' (the residual
+        adds the queries).
+
+        Args:
+            units: int. The projection width C.
+            queries_shape: tuple. The queries' shape [B, T_q, C_q].
+            num_units: int or None. The layer's argument, for the message.
+
+        Raises:
+            ValueError: `units` != C_q.
+        """
         if units != queries_shape[-1]:
             raise validation.invalid_argument(
                 "num_units",
@@ -125,14 +211,30 @@ class ReferenceFlavor(PaperFlavor):
             )
 
     def build_ending(self, layer, queries_shape, value_units, output_units):
-        """`layer.layer_norm`, over [B, T_q, C]."""
+        """Builds `layer.layer_norm`, over [B, T_q, C].
+
+        Args:
+            layer: MultiHeadAttention. The layer being built.
+            queries_shape: tuple. The queries' shape [B, T_q, C].
+            value_units: int. Unused (no output projection).
+            output_units: int. Unused (no output projection).
+        """
         layer.layer_norm = LayerNormalization(
             epsilon=1e-8, dtype=layer.dtype_policy, name="layer_norm"
         )
         layer.layer_norm.build(queries_shape)
 
     def output(self, layer, heads, queries):
-        """LN(heads + queries): [B, T_q, C]."""
+        """LN(heads + queries).
+
+        Args:
+            layer: MultiHeadAttention. The built layer.
+            heads: tensor [B, T_q, C]. The heads, merged.
+            queries: tensor [B, T_q, C]. The residual.
+
+        Returns:
+            tensor [B, T_q, C].
+        """
         return layer.layer_norm(heads + ops.cast(queries, heads.dtype))
 
 
@@ -152,6 +254,14 @@ class Reference2017Flavor(ReferenceFlavor):
     projection_activation = "relu"
 
     def check_values_allowed(self, values_shape):
+        """Refuses separate `values`: V is projected from the keys.
+
+        Args:
+            values_shape: tuple or TensorShape. The values' shape.
+
+        Raises:
+            ValueError: always.
+        """
         raise validation.invalid_argument(
             "values",
             "None in flavor 'reference_2017', whose V is projected from "
@@ -162,13 +272,33 @@ class Reference2017Flavor(ReferenceFlavor):
         )
 
     def key_keep(self, keys, values, key_masks, padding_mask):
-        """Keys whose input rows are not all zeros, and `padding_mask`:
-        [B, T_k]."""
+        """Keys whose input rows are not all zeros, and `padding_mask`.
+
+        Args:
+            keys: tensor [B, T_k, C].
+            values: unused (V is projected from the keys).
+            key_masks: None (`check_key_masks`).
+            padding_mask: bool [B, T_k], True = a real key, or None.
+
+        Returns:
+            bool [B, T_k] (True = real key).
+        """
         return masking.combine_masks(masking.nonzero_rows(keys), padding_mask)
 
     def score_masks(self, queries, key_keep, attention_mask, positions):
         """Padded keys masked in the scores; queries whose input rows are
-        all zeros zeroed after the softmax (multiplier [B, 1, T_q, 1])."""
+        all zeros zeroed after the softmax.
+
+        Args:
+            queries: tensor [B, T_q, C] (its all-zero rows are read).
+            key_keep: bool [B, T_k] (`key_keep`).
+            attention_mask: bool tensor (Keras's shapes) or None.
+            positions: bool [T_q, T_k] causal keep-mask, or None.
+
+        Returns:
+            (bool mask broadcasting to the scores, None, float32
+            multiplier [B, 1, T_q, 1]).
+        """
         mask = masking.as_score_mask(
             padding=key_keep, attention=attention_mask, causal=positions)
         query_keep = ops.cast(masking.nonzero_rows(queries), "float32")
@@ -189,13 +319,33 @@ class Reference2019Flavor(ReferenceFlavor):
     name = "reference_2019"
 
     def check_key_masks(self, key_masks, batch, key_length):
+        """Checks `key_masks`: bool [B, T_k], or None.
+
+        Args:
+            key_masks: bool tensor or None.
+            batch: int or None. The batch size B.
+            key_length: int or None. The key length T_k.
+
+        Raises:
+            ValueError: another dtype or shape.
+        """
         if key_masks is not None:
             arguments.check_mask("key_masks", key_masks, (batch, key_length),
                                  "[B, T_k]")
 
     def key_keep(self, keys, values, key_masks, padding_mask):
         """Not `key_masks` (else the keys' implicit mask), and
-        `padding_mask`: [B, T_k] (True = real key), or None."""
+        `padding_mask`.
+
+        Args:
+            keys: tensor [B, T_k, C_k] (its implicit mask is read).
+            values: unused.
+            key_masks: bool [B, T_k], True = padding, or None.
+            padding_mask: bool [B, T_k], True = a real key, or None.
+
+        Returns:
+            bool [B, T_k] (True = real key), or None when nothing masks.
+        """
         if key_masks is not None:
             keep = ops.logical_not(key_masks)
         else:
@@ -204,7 +354,18 @@ class Reference2019Flavor(ReferenceFlavor):
 
     def score_masks(self, queries, key_keep, attention_mask, positions):
         """Padded keys through the additive bias [B, 1, 1, T_k]: the 2019
-        reference adds key_masks * P instead of replacing the scores."""
+        reference adds key_masks * P instead of replacing the scores.
+
+        Args:
+            queries: unused (no query mask).
+            key_keep: bool [B, T_k] or None (`key_keep`).
+            attention_mask: bool tensor (Keras's shapes) or None.
+            positions: bool [T_q, T_k] causal keep-mask, or None.
+
+        Returns:
+            (bool mask broadcasting to the scores or None, float32 bias
+            [B, 1, 1, T_k] or None, None).
+        """
         bias = None
         if key_keep is not None:
             bias = masking.reference_key_mask_bias(ops.logical_not(key_keep))
@@ -217,6 +378,13 @@ _FLAVORS = {flavor.name: flavor() for flavor in (
 
 
 def of(flavor):
-    """The steps of `flavor`, one of `validation.FLAVORS` (a checked
-    argument)."""
+    """The steps of `flavor`.
+
+    Args:
+        flavor: str. One of `validation.FLAVORS` (a checked argument).
+
+    Returns:
+        The flavour's steps: a `PaperFlavor`, `Reference2017Flavor` or
+        `Reference2019Flavor` (shared, stateless).
+    """
     return _FLAVORS[flavor]

@@ -12,6 +12,10 @@ from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.utils.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
+__all__ = ["PAPER_EPSILON", "REFERENCE_EPSILON", "BlockBase",
+           "block_arguments", "resolved_attention_dropout",
+           "resolved_epsilon"]
+
 # Layer-norm epsilon when none is given: the references put 1e-8 inside the
 # square root (docs/reference.md §1.1, §2.1); the paper names none, and 1e-6 is
 # what tensor2tensor and the Model Garden use.
@@ -34,6 +38,22 @@ def block_arguments(
     `attention_dropout_rate=None` resolves to `dropout_rate`, and
     `layer_norm_epsilon=None` to the flavour's epsilon; the stored values keep
     `None` so that `get_config` round-trips what the user passed.
+
+    Args:
+        context: str. Who checks; prefixes the error messages.
+        num_heads: int >= 1.
+        ffn_units: int >= 1.
+        dropout_rate: float in [0, 1).
+        attention_dropout_rate: float in [0, 1), or None.
+        flavor: one of `"paper"`, `"reference_2017"`, `"reference_2019"`.
+        normalize_first: bool. True only in the paper flavour.
+        layer_norm_epsilon: float > 0, or None.
+
+    Returns:
+        dict. The seven arguments by name, as given.
+
+    Raises:
+        ValueError: the first invalid argument, by name.
     """
     validation.check_positive_int("num_heads", num_heads, context)
     validation.check_positive_int("ffn_units", ffn_units, context)
@@ -70,12 +90,31 @@ def block_arguments(
 
 
 def resolved_epsilon(flavor, layer_norm_epsilon):
+    """The layer-norm epsilon a block uses.
+
+    Args:
+        flavor: str. The block's flavour.
+        layer_norm_epsilon: float or None. The block's argument.
+
+    Returns:
+        float. `layer_norm_epsilon`, or when it is None `PAPER_EPSILON`
+        (paper flavour) or `REFERENCE_EPSILON` (reference flavours).
+    """
     if layer_norm_epsilon is not None:
         return layer_norm_epsilon
     return PAPER_EPSILON if flavor == "paper" else REFERENCE_EPSILON
 
 
 def resolved_attention_dropout(dropout_rate, attention_dropout_rate):
+    """The dropout rate of the attention weights.
+
+    Args:
+        dropout_rate: float. The block's `dropout_rate`.
+        attention_dropout_rate: float or None. The block's argument.
+
+    Returns:
+        float. `attention_dropout_rate`, or `dropout_rate` when it is None.
+    """
     return (dropout_rate if attention_dropout_rate is None
             else attention_dropout_rate)
 
@@ -89,6 +128,23 @@ class BlockBase(keras.layers.Layer):
     sublayer adds its own residual and norm (docs/reference.md §1.4 steps
     13-14), the feed-forward sublayer is x = LN(x + FF(x)) (§1.5, §2.6), and
     there is no residual dropout (§1.7 "Dropout sites").
+
+    The arguments are those of `EncoderBlock`, which describes them.
+
+    Args:
+        num_heads: int. Defaults to `8`.
+        ffn_units: int. Defaults to `2048`.
+        dropout_rate: float in [0, 1). Defaults to `0.1`.
+        attention_dropout_rate: float or None (`dropout_rate`).
+        flavor: `"paper"` (default), `"reference_2017"`, `"reference_2019"`.
+        normalize_first: bool. Pre-norm. Defaults to `False`.
+        layer_norm_epsilon: float or None (the flavour's epsilon).
+        activation: the feed-forward activation. Defaults to `"relu"`.
+        seed: int or None. Dropout seed.
+        kernel_initializer: Defaults to `"glorot_uniform"`.
+        bias_initializer: Defaults to `"zeros"`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            ...).
     """
 
     _context = "Block"
@@ -108,6 +164,7 @@ class BlockBase(keras.layers.Layer):
         bias_initializer="zeros",
         **kwargs,
     ):
+        """Checks the arguments (`block_arguments`) and stores them."""
         args = block_arguments(
             self._context, num_heads, ffn_units, dropout_rate,
             attention_dropout_rate, flavor, normalize_first, layer_norm_epsilon,

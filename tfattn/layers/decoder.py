@@ -6,10 +6,13 @@ from tfattn.utils import validation
 from tfattn.layers.decoder_block import DecoderBlock
 from tfattn.layers.encoder import Encoder
 
+__all__ = ["Decoder"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class Decoder(Encoder):
-    """`num_layers` `DecoderBlock`s; pre-norm stacks end with a layer norm.
+    """`num_layers` blocks (`DecoderBlock`); pre-norm stacks end with a
+    layer norm.
 
     With `use_cross_attention=False` this is a GPT-style decoder: causal
     self-attention only, no encoder memory.
@@ -17,16 +20,17 @@ class Decoder(Encoder):
     Args:
         num_layers: int. Defaults to `6`.
         use_cross_attention: bool. Defaults to `True`.
-        (the rest as `EncoderBlock`, shared by every block.)
+        **kwargs: the other arguments of `EncoderBlock` (shared by every
+            block) and base `keras.layers.Layer` arguments.
 
     Call arguments:
-        x: [B, T, C].
-        memory: [B, S, C] encoder output (with cross-attention, uncached).
-        padding_mask: bool [B, T], True = real target token, or None.
-        memory_padding_mask: bool [B, S], True = real source token, or None.
-        training: bool.
-        cache: list of per-block caches from `init_cache`, or None.
-        cache_index: scalar int tensor, the position of `x`'s first token.
+        - x: [B, T, C].
+        - memory: [B, S, C] encoder output (with cross-attention, uncached).
+        - padding_mask: bool [B, T], True = real target token, or None.
+        - memory_padding_mask: bool [B, S], True = real source token, or None.
+        - training: bool.
+        - cache: list of per-block caches from `init_cache`, or None.
+        - cache_index: scalar int tensor, the position of `x`'s first token.
 
     With `return_attention_scores=True` the call also returns the weights
     of every block: `{"decoder": [...], "cross": [...]}` (block 0 first;
@@ -41,6 +45,7 @@ class Decoder(Encoder):
     _context = "Decoder"
 
     def __init__(self, use_cross_attention=True, **kwargs):
+        """Checks the arguments; the blocks are created when built."""
         validation.check_bool(
             "use_cross_attention", use_cross_attention, self._context)
         super().__init__(**kwargs)
@@ -108,7 +113,18 @@ class Decoder(Encoder):
 
     def init_cache(self, batch_size, max_length, memory=None,
                    memory_padding_mask=None):
-        """One cache per block (see `DecoderBlock.init_cache`), as a list."""
+        """One cache per block (see `DecoderBlock.init_cache`), as a list.
+
+        Args:
+            batch_size: int. The batch size B.
+            max_length: int. The target positions each cache holds.
+            memory: [B, S, C] encoder output, needed with cross-attention.
+            memory_padding_mask: bool [B, S], True = real source token, or
+                None.
+
+        Returns:
+            list of `num_layers` per-block cache dicts (block 0 first).
+        """
         return [
             block.init_cache(
                 batch_size, max_length, memory, memory_padding_mask)

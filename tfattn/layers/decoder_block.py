@@ -8,6 +8,8 @@ from tfattn.utils import validation
 from tfattn.layers.block_base import BlockBase
 from tfattn.ops import masking
 
+__all__ = ["DecoderBlock"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class DecoderBlock(BlockBase):
@@ -27,27 +29,28 @@ class DecoderBlock(BlockBase):
             block is built, as keras-hub's `TransformerDecoder` does: with
             cross-attention when the first call passes `memory`, GPT-style
             without it otherwise; later calls must agree.
-        (the rest as `EncoderBlock`.)
+        **kwargs: the other arguments of `EncoderBlock` and base
+            `keras.layers.Layer` arguments.
 
     Call arguments:
-        x: [B, T, C].
-        memory: [B, S, C_m] encoder output, needed with cross-attention
-            unless the cache holds it.
-        padding_mask: bool [B, T], True = real target token, or None.
-        memory_padding_mask: bool [B, S], True = real source token, or None.
-        decoder_attention_mask: bool [T, T], [B or 1, T, T] or [B or 1, H or
-            1, T, T], True = may attend, combined with the causal and padding
-            masks of the self-attention (keras-hub's argument), or None.
-        encoder_padding_mask: keras-hub's name for `memory_padding_mask`.
-        encoder_attention_mask: bool [T, S] or [B or 1, (H or 1,) T, S],
-            True = may attend, for the cross-attention, or None.
-        training: bool.
-        cache: dict from `init_cache`, or None. Then `x` holds the tokens at
-            positions `cache_index ...`, usually one.
-        cache_index: scalar int tensor, the position of `x`'s first token.
-        return_attention_scores: bool. Also return the weights, a dict:
-            "self" (masked self-attention, float32 [B, H, T, T_cache or T])
-            and, with cross-attention, "cross" ([B, H, T, S]).
+        - x: [B, T, C].
+        - memory: [B, S, C_m] encoder output, needed with cross-attention
+          unless the cache holds it.
+        - padding_mask: bool [B, T], True = real target token, or None.
+        - memory_padding_mask: bool [B, S], True = real source token, or None.
+        - decoder_attention_mask: bool [T, T], [B or 1, T, T] or [B or 1, H or
+          1, T, T], True = may attend, combined with the causal and padding
+          masks of the self-attention (keras-hub's argument), or None.
+        - encoder_padding_mask: keras-hub's name for `memory_padding_mask`.
+        - encoder_attention_mask: bool [T, S] or [B or 1, (H or 1,) T, S],
+          True = may attend, for the cross-attention, or None.
+        - training: bool.
+        - cache: dict from `init_cache`, or None. Then `x` holds the tokens at
+          positions `cache_index ...`, usually one.
+        - cache_index: scalar int tensor, the position of `x`'s first token.
+        - return_attention_scores: bool. Also return the weights, a dict:
+          "self" (masked self-attention, float32 [B, H, T, T_cache or T])
+          and, with cross-attention, "cross" ([B, H, T, S]).
 
     Returns:
         [B, T, C]; then the weights if asked; then the cache if one was
@@ -58,6 +61,7 @@ class DecoderBlock(BlockBase):
     _context = "DecoderBlock"
 
     def __init__(self, use_cross_attention=None, **kwargs):
+        """Checks the arguments; the sublayers are created when built."""
         if use_cross_attention is not None:
             validation.check_bool("use_cross_attention", use_cross_attention,
                                   self._context)
@@ -135,10 +139,21 @@ class DecoderBlock(BlockBase):
                    memory_padding_mask=None):
         """A cache for decoding up to `max_length` positions.
 
+        Args:
+            batch_size: int. The batch size B.
+            max_length: int. The target positions the cache holds.
+            memory: [B, S, C_m] encoder output, needed with
+                cross-attention.
+            memory_padding_mask: bool [B, S], True = real source token, or
+                None.
+
         Returns:
             dict: "self", the self-attention's key/value buffers
             [B, H, max_length, d]; with cross-attention also "cross", the
             memory's keys and values projected once [B, H, S, d].
+
+        Raises:
+            ValueError: no `memory` for a block with cross-attention.
         """
         cache = {"self": self.self_attention.init_cache(batch_size, max_length)}
         if self.use_cross_attention:

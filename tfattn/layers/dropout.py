@@ -4,6 +4,8 @@ import keras
 
 from tfattn.ops import dropout as dropout_ops
 
+__all__ = ["Dropout"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class Dropout(keras.layers.Dropout):

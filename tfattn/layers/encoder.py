@@ -6,10 +6,13 @@ from tfattn.utils import validation
 from tfattn.layers.block_base import BlockBase
 from tfattn.layers.encoder_block import EncoderBlock
 
+__all__ = ["Encoder"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class Encoder(BlockBase):
-    """`num_layers` `EncoderBlock`s; pre-norm stacks end with a layer norm.
+    """`num_layers` blocks (`EncoderBlock`); pre-norm stacks end with a
+    layer norm.
 
     On its own this is a BERT-style encoder: every position attends to every
     real position in both directions (feed it `TokenEmbedding` +
@@ -17,12 +20,13 @@ class Encoder(BlockBase):
 
     Args:
         num_layers: int. Number of blocks N. Defaults to `6`.
-        (the rest as `EncoderBlock`, shared by every block.)
+        **kwargs: the other arguments of `EncoderBlock` (shared by every
+            block) and base `keras.layers.Layer` arguments.
 
     Call arguments:
-        x: [B, T, C].
-        padding_mask: bool [B, T], True = real token, or None.
-        training: bool.
+        - x: [B, T, C].
+        - padding_mask: bool [B, T], True = real token, or None.
+        - training: bool.
 
     With `return_attention_scores=True` the call also returns the
     self-attention weights of every block: a list (block 0 first) of float32
@@ -35,6 +39,7 @@ class Encoder(BlockBase):
     _context = "Encoder"
 
     def __init__(self, num_layers=6, **kwargs):
+        """Checks `num_layers`; the blocks are created when built."""
         validation.check_positive_int("num_layers", num_layers, self._context)
         super().__init__(**kwargs)
         self.num_layers = num_layers

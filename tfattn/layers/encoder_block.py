@@ -5,6 +5,8 @@ import keras
 from tfattn.layers.block_base import BlockBase
 from tfattn.ops import masking
 
+__all__ = ["EncoderBlock"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class EncoderBlock(BlockBase):
@@ -37,18 +39,20 @@ class EncoderBlock(BlockBase):
             configs or objects) of every Dense of the block (attention
             projections and feed-forward), keras-hub's names. Defaults to
             `"glorot_uniform"` and `"zeros"`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            ...).
 
     Call arguments:
-        x: [B, T, C].
-        padding_mask: bool [B, T], True = real token (Keras polarity), or
-            None for the input's Keras mask. `reference_2017` finds padding
-            from zero rows instead, as the reference does; pass None there.
-        training: bool.
-        return_attention_scores: bool. Also return the self-attention
-            weights, float32 [B, H, T, T].
-        attention_mask: bool, True = may attend, [T, T], [B or 1, T, T] or
-            [B or 1, H or 1, T, T] (keras-hub's argument), combined with the
-            padding mask; or None.
+        - x: [B, T, C].
+        - padding_mask: bool [B, T], True = real token (Keras polarity), or
+          None for the input's Keras mask. `reference_2017` finds padding
+          from zero rows instead, as the reference does; pass None there.
+        - training: bool.
+        - return_attention_scores: bool. Also return the self-attention
+          weights, float32 [B, H, T, T].
+        - attention_mask: bool, True = may attend, [T, T], [B or 1, T, T] or
+          [B or 1, H or 1, T, T] (keras-hub's argument), combined with the
+          padding mask; or None.
 
     Returns:
         [B, T, C], or `(output, weights)`.

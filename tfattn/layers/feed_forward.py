@@ -8,6 +8,8 @@ from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.quantization import with_sublayer_policies
 
+__all__ = ["FeedForward"]
+
 _CONTEXT = "FeedForward"
 
 
@@ -46,18 +48,16 @@ class FeedForward(keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        x: [B, T, C] (any rank >= 2 works; the layer acts on the last axis).
-        training: bool. Dropout is active only when True.
+        - x: [B, T, C] (any rank >= 2 works; the layer acts on the last axis).
+        - training: bool. Dropout is active only when True.
 
     Returns:
         [B, T, C_out].
 
-    Example:
+    Example::
 
-    ```python
-    ffn = tfattn.layers.FeedForward(ffn_units=2048)
-    y = ffn(x)   # x [B, T, 512] -> y [B, T, 512]
-    ```
+        ffn = tfattn.layers.FeedForward(ffn_units=2048)
+        y = ffn(x)   # x [B, T, 512] -> y [B, T, 512]
     """
 
     def __init__(
@@ -71,6 +71,7 @@ class FeedForward(keras.layers.Layer):
         bias_initializer="zeros",
         **kwargs,
     ):
+        """Checks the arguments; the Dense layers are created when built."""
         ffn_units = validation.check_positive_int(
             "ffn_units", ffn_units, _CONTEXT)
         initializers = initializer_arguments(

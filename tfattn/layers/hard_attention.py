@@ -9,6 +9,8 @@ from tfattn.layers.attention_base import ScoredAttentionBase
 from tfattn.ops.attention import masked_softmax
 from tfattn.ops.masking import REFERENCE_MASK_VALUE
 
+__all__ = ["SELECTIONS", "HardAttention"]
+
 SELECTIONS = ("max", "sample")
 
 
@@ -19,6 +21,7 @@ class HardAttention(ScoredAttentionBase):
     `"sample"` draws i ~ α (seeded: the same seed gives the same draws).
 
     The choice is not differentiable. Two ways to train it:
+
     - REINFORCE: call with `return_selection=True` to get the chosen index
       and its log-probability log α_i, compute a reward per choice, and
       minimise `tfattn.losses.reinforce_loss(log_prob, reward, baseline)`,
@@ -43,15 +46,17 @@ class HardAttention(ScoredAttentionBase):
         temperature: float > 0. Temperature of the straight-through soft
             weights. Defaults to `1.0`.
         seed: int or None. Seed of the draws.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            ...).
 
     Call arguments:
-        query: [B, T_q, D_q], or [B, D_q] for one query per row.
-        keys: [B, T_k, D_k]; values: [B, T_k, D_v] or None (= keys).
-        mask: bool [B, T_k] or broadcastable to [B, T_q, T_k]; True = may
-            be chosen.
-        return_attention_scores: bool. Also return α (float32).
-        return_selection: bool. Also return the chosen index (int32) and its
-            log-probability log α_index (float32), each [B, T_q] (or [B]).
+        - query: [B, T_q, D_q], or [B, D_q] for one query per row.
+        - keys: [B, T_k, D_k]; values: [B, T_k, D_v] or None (= keys).
+        - mask: bool [B, T_k] or broadcastable to [B, T_q, T_k]; True = may
+          be chosen.
+        - return_attention_scores: bool. Also return α (float32).
+        - return_selection: bool. Also return the chosen index (int32) and its
+          log-probability log α_index (float32), each [B, T_q] (or [B]).
 
     Returns:
         The output [B, T_q, D_v] (or [B, D_v]); then α [B, T_q, T_k] if
@@ -63,6 +68,7 @@ class HardAttention(ScoredAttentionBase):
     def __init__(self, score="scaled_dot", selection="max", units=None,
                  straight_through=False, temperature=1.0, seed=None,
                  **kwargs):
+        """Checks the arguments (see the class docstring)."""
         super().__init__(score=score, units=units, num_heads=1,
                          causality=False, seed=seed, **kwargs)
         self.selection = validation.check_choice(

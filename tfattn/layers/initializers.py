@@ -10,10 +10,23 @@ import keras
 
 from tfattn.utils import validation
 
+__all__ = ["fresh_initializers", "initializer_arguments"]
+
 
 def initializer_arguments(context, **named):
     """Keras initializer objects for `name=value` arguments (names, configs
-    or instances), or a ValueError naming the argument and its value."""
+    or instances), or a ValueError naming the argument and its value.
+
+    Args:
+        context: str. Who checks; prefixes the error message.
+        **named: the initializer arguments, by name.
+
+    Returns:
+        dict. The Keras initializer object of each argument, by name.
+
+    Raises:
+        ValueError: a value Keras cannot resolve to an initializer.
+    """
     resolved = {}
     for name, value in named.items():
         try:
@@ -29,8 +42,16 @@ def initializer_arguments(context, **named):
 
 
 def fresh_initializers(options):
-    """`options` with each `*_initializer` replaced by a new object from its
-    config (a seed of None stays None: each copy draws its own values)."""
+    """`options` with each ``*_initializer`` replaced by a new object from
+    its config (a seed of None stays None: each copy draws its own values).
+
+    Args:
+        options: dict. Layer arguments by name; those whose name ends in
+            `_initializer` hold Keras initializer objects.
+
+    Returns:
+        dict. A copy of `options` with fresh initializer objects.
+    """
     return {name: keras.initializers.get(keras.initializers.serialize(value))
             if name.endswith("_initializer") else value
             for name, value in options.items()}

@@ -4,6 +4,8 @@ import keras
 
 from tfattn.ops import normalization
 
+__all__ = ["LayerNormalization"]
+
 
 @keras.saving.register_keras_serializable(package="tfattn")
 class LayerNormalization(keras.layers.LayerNormalization):

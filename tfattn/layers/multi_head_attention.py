@@ -17,6 +17,8 @@ from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
 from tfattn.utils.validation import FLAVORS
 
+__all__ = ["MultiHeadAttention"]
+
 _CONTEXT = "MultiHeadAttention"
 
 
@@ -101,7 +103,7 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
             once T_q·T_k >= 2048²; None never chunks. Not used while
             dropout is active. Defaults to `"auto"`.
         sliding_window: int or None. Keras's local attention: query i sees
-            only keys j with |i - j| < sliding_window (a symmetric band; with
+            only keys j with abs(i - j) < sliding_window (a symmetric band; with
             `causality=True`, the last `sliding_window` positions). Paper
             flavour only. Defaults to `None` (every key).
         key_dim, value_dim: int or None. Keras's per-head widths (paper
@@ -116,42 +118,44 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
             `causality` and `sliding_window` then act on the flattened
             attention positions, and there is no `cache`.
         use_gate: bool. Keras's gated attention (paper flavour): the heads'
-            output is multiplied by sigmoid(`gate_dense`(queries)), [B, T_q,
-            H·value_dim], before the output projection. Defaults to `False`.
+            output is multiplied by ``sigmoid(gate_dense(queries))``, [B,
+            T_q, H·value_dim], before the output projection. Defaults to
+            `False`.
         output_shape: int, a tuple of ints, or None. Shape that replaces the
             output's last axis (paper flavour), as in Keras: `(3, 4)` gives
             [B, T_q, 3, 4] from a projection to 12 units. Defaults to the
             query width when `key_dim` is given, else `num_units`.
         use_bias: bool. Biases in the projections (paper flavour; the
             references have them). Defaults to `True`.
-        kernel_initializer, bias_initializer, kernel_regularizer,
-        bias_regularizer, kernel_constraint, bias_constraint: as in
-            `keras.layers.Dense`, applied to every projection. Defaults:
-            `"glorot_uniform"`, `"zeros"`, None...
+        kernel_initializer: as in `keras.layers.Dense`, applied to every
+            projection. Defaults to `"glorot_uniform"`.
+        bias_initializer: likewise. Defaults to `"zeros"`.
+        kernel_regularizer, bias_regularizer: likewise. Defaults to None.
+        kernel_constraint, bias_constraint: likewise. Defaults to None.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
             `activity_regularizer`, ...).
 
     Call arguments:
-        queries: [B, T_q, C_q] (or [B, d_1, ..., d_n, C_q], paper flavour).
-        keys: [B, T_k, C_k], of the queries' rank. Defaults to `queries`
-            (self-attention).
-        values: [B, T_k, C_v]. Defaults to `keys`. Not accepted by
-            `reference_2017`, whose V is projected from the keys.
-        key_masks: bool [B, T_k], True = padding (`reference_2019` only).
-        attention_mask: bool, True = may attend: [T_q, T_k], [B or 1, T_q,
-            T_k] or [B or 1, H or 1, T_q, T_k], broadcast as Keras does.
-        padding_mask: bool [B, T_k], True = a real key (Keras polarity), in
-            every flavour; combined with the flavour's own masks. The stacks
-            pass their padding through it.
-        training: bool. Dropout is active only when True.
-        return_attention_scores: bool. Also return the weights.
-        cache: dict or None. For incremental decoding: from `init_cache`
-            (self-attention, with `cache_index`) or from `precompute_cache`
-            (keys and values projected once, `cache_index=None`).
-        cache_index: scalar int tensor or None. Where the first query sits;
-            its keys and values are written into the cache there, and each
-            query sees the cached keys up to its own position. Needs
-            `causality=True`.
+        - queries: [B, T_q, C_q] (or [B, d_1, ..., d_n, C_q], paper flavour).
+        - keys: [B, T_k, C_k], of the queries' rank. Defaults to `queries`
+          (self-attention).
+        - values: [B, T_k, C_v]. Defaults to `keys`. Not accepted by
+          `reference_2017`, whose V is projected from the keys.
+        - key_masks: bool [B, T_k], True = padding (`reference_2019` only).
+        - attention_mask: bool, True = may attend: [T_q, T_k], [B or 1, T_q,
+          T_k] or [B or 1, H or 1, T_q, T_k], broadcast as Keras does.
+        - padding_mask: bool [B, T_k], True = a real key (Keras polarity), in
+          every flavour; combined with the flavour's own masks. The stacks
+          pass their padding through it.
+        - training: bool. Dropout is active only when True.
+        - return_attention_scores: bool. Also return the weights.
+        - cache: dict or None. For incremental decoding: from `init_cache`
+          (self-attention, with `cache_index`) or from `precompute_cache`
+          (keys and values projected once, `cache_index=None`).
+        - cache_index: scalar int tensor or None. Where the first query sits;
+          its keys and values are written into the cache there, and each
+          query sees the cached keys up to its own position. Needs
+          `causality=True`.
 
     Returns:
         output [B, T_q, C]; with `return_attention_scores=True` also the
@@ -160,16 +164,14 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
         `cache` also the updated cache, last: `output`, `(output, weights)`,
         `(output, cache)` or `(output, weights, cache)`.
 
-    Example:
+    Example::
 
-    ```python
-    x = keras.random.normal((2, 5, 16))
-    paper = tfattn.MultiHeadAttention(num_heads=4)
-    y = paper(x, x)                                   # [2, 5, 16]
-    ref = tfattn.MultiHeadAttention(num_heads=4, flavor="reference_2019",
-                                    causality=True)
-    y = ref(x, key_masks=ops.zeros((2, 5), "bool"))  # [2, 5, 16]
-    ```
+        x = keras.random.normal((2, 5, 16))
+        paper = tfattn.MultiHeadAttention(num_heads=4)
+        y = paper(x, x)                                   # [2, 5, 16]
+        ref = tfattn.MultiHeadAttention(num_heads=4, flavor="reference_2019",
+                                        causality=True)
+        y = ref(x, key_masks=ops.zeros((2, 5), "bool"))  # [2, 5, 16]
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
         use_gate=False,
         **kwargs,
     ):
+        """Checks the arguments; the projections are created when built."""
         num_heads = validation.check_positive_int(
             "num_heads", num_heads, _CONTEXT)
         flavor = validation.check_choice("flavor", flavor, FLAVORS, _CONTEXT)

@@ -10,6 +10,9 @@ from keras import ops
 
 from tfattn.utils import validation
 
+__all__ = ["KINDS", "PADDING_MODES", "PositionalEncoding",
+           "sinusoid_2017_table", "sinusoid_table"]
+
 KINDS = ("sinusoid", "sinusoid_2017", "learned")
 PADDING_MODES = (None, "reference_2019", "reference_2017")
 
@@ -22,6 +25,13 @@ def sinusoid_table(max_length, num_units):
 
     angle(pos, j) = pos / 10000^((j - j mod 2) / C); even j -> sin, odd j ->
     cos. Computed in float64, returned as float32.
+
+    Args:
+        max_length: int. Number of positions (rows).
+        num_units: int. Width C (columns).
+
+    Returns:
+        np.ndarray [max_length, C], float32.
     """
     pos = np.arange(max_length, dtype=np.float64)[:, None]
     j = np.arange(num_units)
@@ -35,6 +45,13 @@ def sinusoid_2017_table(max_length, num_units):
     angle(pos, j) = pos / 10000^(2·j / C): the exponent uses 2·j, not the
     paper's 2·floor(j/2), so frequencies fall twice as fast and an odd column
     does not share the frequency of the even column before it.
+
+    Args:
+        max_length: int. Number of positions (rows).
+        num_units: int. Width C (columns).
+
+    Returns:
+        np.ndarray [max_length, C], float32.
     """
     pos = np.arange(max_length, dtype=np.float64)[:, None]
     j = np.arange(num_units)
@@ -69,7 +86,7 @@ class PositionalEncoding(keras.layers.Layer):
       `x == 0.0` the encoding element is replaced by 0, so all-zero pad rows
       stay zero. (A real token with an embedding element exactly 0.0 also
       loses that element, as in the reference.)
-    - `"reference_2017"` (§1.7 G1b steps 2-4): m = sign(Σ_c |x|) per
+    - `"reference_2017"` (§1.7 G1b steps 2-4): m = sign(Σ_c abs(x)) per
       position, computed before adding; the output is (x + PE) · m, so rows
       that were all zero stay zero.
 
@@ -94,26 +111,25 @@ class PositionalEncoding(keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        x: float tensor [B, T, C], usually the scaled token embeddings.
-        start_index: int or scalar int tensor, the position of `x[:, 0]`.
-            Defaults to `0`.
+        - x: float tensor [B, T, C], usually the scaled token embeddings.
+        - start_index: int or scalar int tensor, the position of `x[:, 0]`.
+          Defaults to `0`.
 
     Returns:
         x + PE[start_index : start_index + T], [B, T, C] (with the padding
         mode applied).
 
-    Example:
+    Example::
 
-    ```python
-    pe = tfattn.layers.PositionalEncoding(max_length=64,
-                                          padding_mode="reference_2019")
-    y = pe(embeddings)                       # [B, T, C]
-    step = pe(next_embedding, start_index=t)  # [B, 1, C], position t
-    ```
+        pe = tfattn.layers.PositionalEncoding(max_length=64,
+                                              padding_mode="reference_2019")
+        y = pe(embeddings)                       # [B, T, C]
+        step = pe(next_embedding, start_index=t)  # [B, 1, C], position t
     """
 
     def __init__(self, kind="sinusoid", max_length=512, padding_mode=None,
                  **kwargs):
+        """Checks the arguments; the table is made when built."""
         kind = validation.check_choice("kind", kind, KINDS, _CONTEXT)
         max_length = validation.check_positive_int(
             "max_length", max_length, _CONTEXT
@@ -155,8 +171,12 @@ class PositionalEncoding(keras.layers.Layer):
         self.built = True
 
     def table(self):
-        """The built layer's [max_length, C] table as a float32 NumPy array:
-        row t is what position t adds (before any padding mode)."""
+        """The built layer's positional table.
+
+        Returns:
+            np.ndarray [max_length, C], float32: row t is what position t
+            adds (before any padding mode).
+        """
         table = self._table if self.kind != "learned" else self.embeddings
         return np.asarray(ops.convert_to_numpy(table), np.float32)
 

@@ -11,10 +11,20 @@ looks its own path up in the map when it is built.
 
 import keras
 
+__all__ = ["with_sublayer_policies"]
+
 
 def with_sublayer_policies(layer, config):
     """`config` (the layer's `get_config`) with a `DTypePolicyMap` as its
-    "dtype" when a sublayer is quantized; unchanged otherwise."""
+    "dtype" when a sublayer is quantized; unchanged otherwise.
+
+    Args:
+        layer: keras.layers.Layer. The layer whose config it is.
+        config: dict. The layer's config (updated in place).
+
+    Returns:
+        dict. `config`.
+    """
     own = layer.dtype_policy
     policy_map = (own if isinstance(own, keras.dtype_policies.DTypePolicyMap)
                   else keras.dtype_policies.DTypePolicyMap(default_policy=own))

@@ -7,6 +7,8 @@ from keras import ops
 
 from tfattn.utils import validation
 
+__all__ = ["TokenEmbedding"]
+
 _CONTEXT = "TokenEmbedding"
 
 
@@ -49,18 +51,16 @@ class TokenEmbedding(keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        ids: integer tensor [B, T].
+        - ids: integer tensor [B, T].
 
     Returns:
         [B, T, C] in the layer's compute dtype.
 
-    Example:
+    Example::
 
-    ```python
-    embed = tfattn.layers.TokenEmbedding(vocab_size=100, num_units=16)
-    x = embed(np.array([[5, 7, 0]]))   # [1, 3, 16]; x[0, 2] == 0
-    logits = embed.logits(x)           # [1, 3, 100]; logits[..., 0] == 0
-    ```
+        embed = tfattn.layers.TokenEmbedding(vocab_size=100, num_units=16)
+        x = embed(np.array([[5, 7, 0]]))   # [1, 3, 16]; x[0, 2] == 0
+        logits = embed.logits(x)           # [1, 3, 100]; logits[..., 0] == 0
     """
 
     def __init__(
@@ -73,6 +73,7 @@ class TokenEmbedding(keras.layers.Layer):
         mask_zero=False,
         **kwargs,
     ):
+        """Checks the arguments; the table is created when built."""
         vocab_size = validation.check_positive_int(
             "vocab_size", vocab_size, _CONTEXT
         )

@@ -6,6 +6,8 @@ import keras
 from tfattn.utils import validation
 from tfattn.layers.block_base import block_arguments
 
+__all__ = ["checked_layout"]
+
 _CONTEXT = "Transformer"
 
 # What each flavour builds (docs/reference.md §1.7, §2.9, §3). `None` arguments
@@ -30,8 +32,27 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
                    max_length, positional_encoding, share_embeddings,
                    tie_output, embeddings_initializer):
     """`Transformer`'s arguments checked, with the flavour's defaults
-    filled in: (block arguments, the flavour's defaults, positional
-    encoding, share, tie, the embeddings' initializer)."""
+    filled in.
+
+    Args:
+        source_vocab_size, target_vocab_size, num_layers, num_units: as in
+            `Transformer`.
+        num_heads, ffn_units, dropout_rate, attention_dropout_rate: as in
+            `Transformer`.
+        flavor, normalize_first, max_length, positional_encoding: as in
+            `Transformer`.
+        share_embeddings, tie_output, embeddings_initializer: as in
+            `Transformer`.
+
+    Returns:
+        (block arguments (`block_arguments`), the flavour's defaults (a
+        dict), the positional encoding kind, share (bool), tie (bool), the
+        embeddings' Keras initializer).
+
+    Raises:
+        ValueError: the first invalid argument, by name, or one that
+            disagrees with what a reference flavour fixes.
+    """
     validation.check_positive_int(
         "source_vocab_size", source_vocab_size, _CONTEXT)
     if target_vocab_size is not None:

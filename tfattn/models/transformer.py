@@ -16,6 +16,8 @@ from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models.layout import checked_layout
 from tfattn.ops import masking
 
+__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Transformer"]
+
 _CONTEXT = "Transformer"
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -66,9 +68,9 @@ class Transformer(keras.Model):
         seed: int or None. Dropout seed.
 
     Call arguments:
-        inputs: dict with "source" [B, S] and "target_in" [B, T] int ids, or
-            the tuple (source, target_in).
-        training: bool.
+        - inputs: dict with "source" [B, S] and "target_in" [B, T] int ids, or
+          the tuple (source, target_in).
+        - training: bool.
 
     Returns:
         logits [B, T, V], float32.
@@ -94,6 +96,7 @@ class Transformer(keras.Model):
         seed=None,
         **kwargs,
     ):
+        """Checks the arguments (`layout`) and creates the sublayers."""
         block_args, defaults, positional_encoding, share, tie, initializer = (
             checked_layout(
                 source_vocab_size, target_vocab_size, num_layers, num_units,
@@ -221,8 +224,15 @@ class Transformer(keras.Model):
         return logits, dict(encoder=encoded[2], **scores)
 
     def encode(self, source, training=None, return_attention_scores=False):
-        """Source ids [B, S] -> (memory [B, S, C], source keep-mask [B, S]),
-        and the encoder's weights (a list) with `return_attention_scores`."""
+        """Source ids [B, S] -> memory [B, S, C] and keep-mask [B, S].
+
+        Args:
+            source: int ids [B, S].
+            training, return_attention_scores: as in `call`.
+
+        Returns:
+            `(memory, keep)`, then the encoder's weights (a list) if asked.
+        """
         source = self._check_ids("source", source)
         keep = masking.padding_mask(source)
         x = self._embed(self.source_embedding, self.source_positions, source,
@@ -237,9 +247,17 @@ class Transformer(keras.Model):
 
     def decode(self, target_in, memory, source_keep, training=None,
                return_attention_scores=False):
-        """Target input ids [B, T] and the encoder's output -> logits [B, T, V],
-        and `{"decoder": [...], "cross": [...]}` with
-        `return_attention_scores`."""
+        """Target input ids [B, T] and the encoder's output -> logits.
+
+        Args:
+            target_in: int ids [B, T].
+            memory: [B, S, C], from `encode`.
+            source_keep: bool [B, S], from `encode`.
+            training, return_attention_scores: as in `call`.
+
+        Returns:
+            logits [B, T, V] float32, then the weights (a dict) if asked.
+        """
         target_in = self._check_ids("target_in", target_in)
         keep = masking.padding_mask(target_in)
         x = self._embed(self.target_embedding, self.target_positions,
@@ -274,7 +292,16 @@ class Transformer(keras.Model):
     # Incremental decoding.
 
     def init_decode_cache(self, memory, source_keep, max_length):
-        """The decoder's per-block cache for `max_length` target positions."""
+        """The decoder's per-block cache for `max_length` target positions.
+
+        Args:
+            memory: [B, S, C], from `encode`.
+            source_keep: bool [B, S], from `encode`.
+            max_length: int, at most the model's `max_length`.
+
+        Returns:
+            list: one cache per block (`Decoder.init_cache`).
+        """
         validation.check_positive_int("max_length", max_length, _CONTEXT)
         self._check_decode_length(max_length)
         return self.decoder.init_cache(

@@ -9,3 +9,7 @@ from tfattn.ops.masking import causal_mask
 from tfattn.ops.masking import combine_masks
 from tfattn.ops.masking import nonzero_rows
 from tfattn.ops.masking import padding_mask
+
+__all__ = ["REFERENCE_MASK_VALUE", "causal_mask", "combine_masks",
+           "merge_heads", "nonzero_rows", "padding_mask",
+           "scaled_dot_product_attention", "split_heads"]

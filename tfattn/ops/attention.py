@@ -19,6 +19,9 @@ from keras import ops
 
 from tfattn.ops.masking import REFERENCE_MASK_VALUE
 
+__all__ = ["AUTO_CHUNK_MIN_SCORES", "AUTO_CHUNK_SIZE", "masked_softmax",
+           "merge_heads", "scaled_dot_product_attention", "split_heads"]
+
 # `query_chunk_size="auto"` chunks only long attention: at least this many
 # scores per batch element and head (2048 x 2048), where the [T_q, T_k]
 # matrices, not the projections, dominate memory.
@@ -185,14 +188,29 @@ def _chunked_attention(
 
 
 def split_heads(x, num_heads):
-    """[B, T, H·d] -> [B, H, T, d]; head i takes channels [i·d, (i+1)·d)."""
+    """[B, T, H·d] -> [B, H, T, d]; head i takes channels [i·d, (i+1)·d).
+
+    Args:
+        x: tensor [B, T, H·d], of static width.
+        num_heads: int. The number of heads H; divides the width.
+
+    Returns:
+        tensor [B, H, T, d].
+    """
     batch, length = ops.shape(x)[0], ops.shape(x)[1]
     x = ops.reshape(x, (batch, length, num_heads, x.shape[-1] // num_heads))
     return ops.transpose(x, (0, 2, 1, 3))
 
 
 def merge_heads(x):
-    """[B, H, T, d] -> [B, T, H·d], the inverse of `split_heads`."""
+    """[B, H, T, d] -> [B, T, H·d], the inverse of `split_heads`.
+
+    Args:
+        x: tensor [B, H, T, d], of static H and d.
+
+    Returns:
+        tensor [B, T, H·d].
+    """
     x = ops.transpose(x, (0, 2, 1, 3))
     batch, length = ops.shape(x)[0], ops.shape(x)[1]
     return ops.reshape(x, (batch, length, x.shape[2] * x.shape[3]))

@@ -24,17 +24,34 @@ Shapes: any input shape; `noise_shape` broadcasts against it as in
 
 import tensorflow as tf
 
+__all__ = ["LEVELS", "drop_threshold", "dropout", "keep_mask",
+           "stateless_seed"]
+
 LEVELS = 1 << 16  # Values of one 16-bit draw.
 
 
 def drop_threshold(rate):
-    """t in [0, 2^16]: an element whose 16-bit draw is < t is dropped."""
+    """t in [0, 2^16]: an element whose 16-bit draw is < t is dropped.
+
+    Args:
+        rate: float in [0, 1]. The fraction of elements to drop.
+
+    Returns:
+        int. round(rate · 2^16), clipped to [0, 2^16].
+    """
     return min(LEVELS, max(0, int(round(float(rate) * LEVELS))))
 
 
 def stateless_seed(seed):
-    """A [2] int32 seed for `tf.random.stateless_*` from a Keras seed state
-    (Keras keeps it as int64 on TensorFlow; wrapped as Keras does)."""
+    """A [2] int32 seed for ``tf.random.stateless_*`` from a Keras seed
+    state (Keras keeps it as int64 on TensorFlow; wrapped as Keras does).
+
+    Args:
+        seed: int tensor [2], e.g. `SeedGenerator.next()`.
+
+    Returns:
+        int32 tensor [2]: `seed` itself if int32, else modulo 2^31 - 2.
+    """
     seed = tf.convert_to_tensor(seed)
     if seed.dtype == tf.int32:
         return seed
@@ -72,7 +89,16 @@ def dropout(inputs, rate, seed, noise_shape=None):
 
 
 def keep_mask(shape, threshold, seed):
-    """bool [shape], True where an element's 16-bit draw is >= threshold."""
+    """bool [shape], True where an element's 16-bit draw is >= threshold.
+
+    Args:
+        shape: int32 tensor [rank] (or list). The mask's shape.
+        threshold: int in [0, 2^16] (`drop_threshold`).
+        seed: int tensor [2], a stateless seed (`stateless_seed`).
+
+    Returns:
+        bool tensor of shape `shape`.
+    """
     count = tf.reduce_prod(shape)
     words = tf.random.stateless_uniform(
         [(count + 1) // 2],

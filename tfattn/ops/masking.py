@@ -13,6 +13,11 @@ of use, so a causal mask never costs a [B, T_q, T_k] tensor.
 import numpy as np
 from keras import ops
 
+__all__ = ["REFERENCE_MASK_VALUE", "as_score_mask", "causal_mask",
+           "combine_masks", "implicit_mask", "nonzero_rows", "padding_mask",
+           "reference_key_mask_bias", "sliding_window_mask",
+           "with_implicit_mask"]
+
 # The referenced code's mask constant, -2**32 + 1. As float32 it rounds to
 # -4294967296.0, and float32(P + s) == P for |s| < 256 (docs/reference.md §5).
 REFERENCE_MASK_VALUE = float(-(2**32) + 1)
@@ -36,13 +41,27 @@ def implicit_mask(x):
 
     Keras layers such as `Embedding(mask_zero=True)` attach it as the
     `_keras_mask` attribute; Keras 3 has no public getter for it.
+
+    Args:
+        x: tensor, or any object.
+
+    Returns:
+        The bool mask `x` carries, or None.
     """
     return getattr(x, "_keras_mask", None)
 
 
 def with_implicit_mask(x, mask):
     """`x` carrying `mask` as its Keras implicit mask (as Keras layers
-    attach it); `x` unchanged when `mask` is None."""
+    attach it); `x` unchanged when `mask` is None.
+
+    Args:
+        x: tensor. Its `_keras_mask` attribute is set in place.
+        mask: bool tensor (True = keep) or None.
+
+    Returns:
+        `x`.
+    """
     if mask is not None:
         x._keras_mask = mask
     return x
@@ -86,9 +105,19 @@ def causal_mask(query_length, key_length, query_offset=0):
 
 
 def sliding_window_mask(query_length, key_length, window, query_offset=0):
-    """bool [T_q, T_k]: True where |query position - key position| <
+    """bool [T_q, T_k]: True where abs(query position - key position) <
     `window`, query i sitting at position `query_offset + i` (Keras's
-    `sliding_window` band)."""
+    `sliding_window` band).
+
+    Args:
+        query_length: int or scalar int tensor T_q.
+        key_length: int or scalar int tensor T_k.
+        window: int. The band's half-width (exclusive).
+        query_offset: int or scalar int tensor. Defaults to `0`.
+
+    Returns:
+        bool [T_q, T_k].
+    """
     rows = ops.expand_dims(ops.arange(query_length, dtype="int32"), 1)
     cols = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)
     distance = rows + ops.cast(query_offset, "int32") - cols
@@ -96,7 +125,10 @@ def sliding_window_mask(query_length, key_length, window, query_offset=0):
 
 
 def combine_masks(*masks):
-    """Logical AND of keep-masks that broadcast together; `None`s are skipped.
+    """Logical AND of keep-masks that broadcast together; Nones are skipped.
+
+    Args:
+        *masks: keep-masks (cast to bool) or None.
 
     Returns:
         The combined bool mask, or `None` when every input is `None`.

@@ -24,6 +24,8 @@ Shapes: x [..., C]; gamma and beta [C].
 
 import tensorflow as tf
 
+__all__ = ["layer_normalization"]
+
 
 def layer_normalization(x, gamma, beta, epsilon, output_dtype=None):
     """Normalises `x` over its last axis, then scales by `gamma` and shifts

@@ -4,12 +4,12 @@
 `tfattn.Transformer` with the hparams' Adam and learning-rate schedule on a
 label-smoothed loss, and keeps everything a run needs in `model_dir` (see
 `tfattn.training.run_dir`), with TensorBoard scalars (loss, token accuracy,
-tokens
-per second, learning rate) and the hparams as text in `model_dir/train/`.
+tokens per second, learning rate) and the hparams as text in
+`model_dir/train/`.
 
 Why a custom loop: Keras 3 `fit` fails under `MultiWorkerMirroredStrategy`
-(docs/traps.md item 1), and one loop for every strategy is simpler than two. The
-model and optimizer are built in `strategy.scope()`, each replica gets its
+(docs/traps.md item 1), and one loop for every strategy is simpler than two.
+The model and optimizer are built in `strategy.scope()`, each replica gets its
 own bucketed batches (`strategy.distribute_datasets_from_function`), and a
 `tf.function` runs the step with `strategy.run`. Every replica divides its
 summed loss by the *global* number of non-padding target tokens (an
@@ -74,6 +74,22 @@ from tfattn.training.run_dir import model_weights
 from tfattn.training.step import Trainer  # noqa: F401 (re-exported)
 from tfattn.training.step import build_trainer
 from tfattn.training.step import make_train_step  # noqa: F401
+
+__all__ = [
+    "TIMED_STEPS",
+    "TIMING_SECONDS",
+    "LARGE_FOR_NUMBERS",
+    "SUMMARY_DIRNAME",
+    "TrainResult",
+    "train",
+    "train_prepared",
+    # Re-exported.
+    "Trainer",
+    "build_trainer",
+    "make_train_step",
+    "NonFiniteLossError",
+    "TrainingPreempted",
+]
 
 # Steps timed after the first (compiling) one to project the run's length,
 # or fewer when they take more than TIMING_SECONDS.
@@ -174,7 +190,25 @@ def train(hparams, dataset, model_dir, strategy=None, steps=None,
 
 
 def train_prepared(run, jit_compile=False, verbose=1, on_step_end=None):
-    """Trains the `preparation.PreparedRun` `run` (see `train`)."""
+    """Trains the `preparation.PreparedRun` `run` (see `train`).
+
+    The model directory is held (`run_dir.hold`) from the first write on.
+
+    Args:
+        run: preparation.PreparedRun. What `prepare_training` returned.
+        jit_compile: bool. As in `train`. Defaults to `False`.
+        verbose: int. 1 shows a progress bar; 0 logs only. Defaults to `1`.
+        on_step_end: callable(step, logs) or None. As in `train`.
+
+    Returns:
+        A `TrainResult`.
+
+    Raises:
+        NonFiniteLossError: the loss (or the weights) became NaN or
+            infinite.
+        TrainingPreempted: SIGTERM arrived; a checkpoint was saved at the
+            step it stopped at.
+    """
     # The model directory is held (`run_dir.hold`) from the first write on.
     with contextlib.ExitStack() as held:
         return _train(held, run, jit_compile, verbose, on_step_end)

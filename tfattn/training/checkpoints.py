@@ -25,13 +25,30 @@ from absl import logging
 from tfattn.cli import errors
 from tfattn.utils.files import write_text_atomically
 
+__all__ = [
+    "CHECKPOINT_NAME",
+    "step_of",
+    "all_checkpoints",
+    "exist",
+    "unreadable",
+    "latest",
+    "write_index",
+]
+
 CHECKPOINT_NAME = "ckpt"
 _STEP = re.compile(rf"{CHECKPOINT_NAME}-(\d+)$")
 _warned = set()  # Directories whose missing index was reported.
 
 
 def step_of(prefix):
-    """The step of a checkpoint prefix `.../ckpt-N` (-1 for another name)."""
+    """The step of a checkpoint prefix `.../ckpt-N` (-1 for another name).
+
+    Args:
+        prefix: str. A checkpoint prefix (path without `.index`).
+
+    Returns:
+        int.
+    """
     match = _STEP.search(prefix)
     return int(match.group(1)) if match else -1
 
@@ -65,6 +82,13 @@ def all_checkpoints(model_dir):
 
     A missing or unreadable index is not an empty directory: the files
     count, with a warning.
+
+    Args:
+        model_dir: str or path-like.
+
+    Returns:
+        list of str. The checkpoint prefixes whose `.index` file exists,
+        sorted by step.
     """
     model_dir = str(model_dir)
     on_disk = _on_disk(model_dir)
@@ -82,11 +106,28 @@ def all_checkpoints(model_dir):
 
 
 def exist(model_dir):
+    """Whether `model_dir` holds any checkpoint, index or not.
+
+    Args:
+        model_dir: str or path-like.
+
+    Returns:
+        bool.
+    """
     return bool(all_checkpoints(model_dir))
 
 
 def unreadable(prefix):
-    """None when the checkpoint at `prefix` reads back whole, else why not."""
+    """None when the checkpoint at `prefix` reads back whole, else why not.
+
+    Every tensor of the checkpoint is read.
+
+    Args:
+        prefix: str. A checkpoint prefix.
+
+    Returns:
+        str or None. The read error, as one line (`errors.describe`).
+    """
     try:
         reader = tf.train.load_checkpoint(prefix)
         for name in reader.get_variable_to_shape_map():
@@ -99,6 +140,15 @@ def unreadable(prefix):
 def latest(model_dir):
     """The newest checkpoint of `model_dir` that reads back whole, or None
     when there is none at all.
+
+    Newer checkpoints that do not read back are skipped, with a warning
+    naming them.
+
+    Args:
+        model_dir: str or path-like.
+
+    Returns:
+        str or None. The checkpoint prefix.
 
     Raises:
         ValueError: there are checkpoints, and none reads back (each named
@@ -126,7 +176,15 @@ def latest(model_dir):
 
 def write_index(model_dir, upto):
     """Rewrites `model_dir`'s `checkpoint` index to list the checkpoints up
-    to `upto` (the newest that reads), when it lists anything else."""
+    to `upto` (the newest that reads), when it lists anything else.
+
+    The index is written atomically, with the files' times, so that the
+    resumed run's `tf.train.CheckpointManager` keeps rotating them.
+
+    Args:
+        model_dir: str or path-like.
+        upto: str. The checkpoint prefix the index names as the latest.
+    """
     model_dir = str(model_dir)
     keep = [p for p in all_checkpoints(model_dir)
             if step_of(p) <= step_of(upto)]

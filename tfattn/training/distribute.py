@@ -15,6 +15,16 @@ import os
 
 import tensorflow as tf
 
+__all__ = [
+    "STRATEGIES",
+    "make_strategy",
+    "check_tf_config",
+    "is_chief",
+    "num_workers",
+    "worker_dir",
+    "remove_worker_dir",
+    "per_replica_batch",
+]
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored",
               "tpu")
@@ -25,6 +35,7 @@ def make_strategy(name="default", tpu=None):
 
     Args:
         name: str. One of `STRATEGIES`:
+
             - `"default"`: no distribution (the default strategy).
             - `"one_device"`: `OneDeviceStrategy` on the first GPU, or the
               CPU when there is none.
@@ -85,6 +96,9 @@ def check_tf_config(text):
     lists of `"host:port"` strings, and `"task"`, an object with a `"type"`
     that `"cluster"` names and an `"index"` into that type's list.
 
+    Args:
+        text: str or None. The `TF_CONFIG` value.
+
     Returns:
         The parsed dict, or None.
 
@@ -130,7 +144,17 @@ def check_tf_config(text):
 
 
 def is_chief(strategy):
-    """Whether this process writes files (the chief, or the only worker)."""
+    """Whether this process writes files (the chief, or the only worker).
+
+    Under `MultiWorkerMirroredStrategy` the chief is the `chief` task, or
+    worker 0 when the cluster has none.
+
+    Args:
+        strategy: tf.distribute.Strategy.
+
+    Returns:
+        bool.
+    """
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
     resolver = strategy.cluster_resolver
@@ -143,7 +167,14 @@ def is_chief(strategy):
 
 
 def num_workers(strategy):
-    """Worker processes of a multi-worker strategy (1 for the others)."""
+    """Worker processes of a multi-worker strategy (1 for the others).
+
+    Args:
+        strategy: tf.distribute.Strategy.
+
+    Returns:
+        int. The cluster's chief and worker tasks.
+    """
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return 1
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -152,7 +183,15 @@ def num_workers(strategy):
 
 
 def worker_dir(model_dir, strategy):
-    """A scratch directory for a non-chief worker's collective saves."""
+    """A scratch directory for a non-chief worker's collective saves.
+
+    Args:
+        model_dir: str. The run's directory.
+        strategy: tf.distribute.MultiWorkerMirroredStrategy.
+
+    Returns:
+        str. `model_dir/.workers/TASKTYPE_TASKID`.
+    """
     resolver = strategy.cluster_resolver
     return os.path.join(model_dir, ".workers",
                         f"{resolver.task_type}_{resolver.task_id}")
@@ -160,7 +199,11 @@ def worker_dir(model_dir, strategy):
 
 def remove_worker_dir(path):
     """Removes a non-chief worker's scratch directory (`worker_dir`) at the
-    end of training, and the shared parent once the last worker is out."""
+    end of training, and the shared parent once the last worker is out.
+
+    Args:
+        path: str. What `worker_dir` returned.
+    """
     tf.io.gfile.rmtree(path)
     parent = os.path.dirname(path)
     try:

@@ -36,6 +36,26 @@ import os
 
 import tensorflow as tf
 
+__all__ = [
+    "RUNTIME_BYTES",
+    "STATE_BYTES_PER_PARAMETER",
+    "LOGIT_BYTES",
+    "KL_LOGIT_BYTES",
+    "FLOAT_BYTES",
+    "ACTIVATION_SHARE_16BIT",
+    "STATED_FACTOR",
+    "FIELDS_TO_LOWER",
+    "MemoryEstimate",
+    "count_parameters",
+    "activation_floats_per_token",
+    "batch_shape",
+    "training_memory",
+    "physical_memory",
+    "on_host",
+    "InsufficientMemory",
+    "check_training_memory",
+]
+
 # TensorFlow, Python, the tokenizer and the input pipeline before a model
 # exists: 0.87 GB RSS measured after the first training batches.
 RUNTIME_BYTES = 900 * 2**20
@@ -60,7 +80,19 @@ FIELDS_TO_LOWER = ("tokens_per_batch", "max_train_length", "vocab_size",
 
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
-    """The parts of `training_memory`'s estimate, in bytes."""
+    """The parts of `training_memory`'s estimate, in bytes.
+
+    Attributes:
+        runtime: int. TensorFlow, Python and the input pipeline
+            (`RUNTIME_BYTES`).
+        parameter_state: int. Weights, gradients and Adam's two moments.
+        logits: int. The logits and what their loss keeps.
+        activations: int. What the backward pass keeps.
+        parameters: int. The model's parameter count (not bytes).
+        rows: int. Rows of the batch.
+        length: int. Tokens per row.
+        copies: int. How often the step runs each row: 2 under R-Drop.
+    """
 
     runtime: int
     parameter_state: int
@@ -74,16 +106,27 @@ class MemoryEstimate:
 
     @property
     def total(self):
+        """int. The bytes of the four parts together."""
         return (self.runtime + self.parameter_state + self.logits
                 + self.activations)
 
     def describe(self):
-        """e.g. `15.3 GiB (weights, gradients and Adam 0.7, logits 0.1,
-        activations 13.7, runtime 0.9 GiB, for batches of 3,125 x 8
-        tokens)`."""
+        """The total and its parts, for a log line.
+
+        Returns:
+            str, e.g. `15.3 GiB (weights, gradients and Adam 0.7, logits
+            0.1, activations 13.7, runtime 0.9 GiB, for batches of 3,125 x
+            8 tokens)`.
+        """
         return f"{self.total / 2**30:,.1f} GiB ({self.parts()})"
 
     def parts(self):
+        """The parts in GiB and the batch shape (`describe` without the
+        total).
+
+        Returns:
+            str.
+        """
         def gib(n):
             return f"{n / 2**30:,.1f}"
         return (f"weights, gradients and Adam {gib(self.parameter_state)}, "
@@ -99,7 +142,15 @@ def count_parameters(hp, vocab_size):
     of `vocab_size` pieces: the embeddings, `num_layers` encoder and decoder
     blocks (the reference flavours' attention has no output projection),
     the output projection unless tied, the learned position tables and
-    pre-norm's final layer norms."""
+    pre-norm's final layer norms.
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The joint vocabulary's size.
+
+    Returns:
+        int. The parameter count.
+    """
     c, f, v = hp.num_units, hp.ffn_units, vocab_size
     norm = 2 * c
     projections = 4 if hp.flavor == "paper" else 3
@@ -116,7 +167,15 @@ def count_parameters(hp, vocab_size):
 
 def activation_floats_per_token(hp, length):
     """Floats one token keeps for the backward pass in one encoder block
-    and one decoder block together, at `length` tokens per row."""
+    and one decoder block together, at `length` tokens per row.
+
+    Args:
+        hp: HParams. Its `num_units`, `ffn_units` and `num_heads`.
+        length: int. Tokens per row (the keys' length of each attention).
+
+    Returns:
+        int.
+    """
     c, f, scores = hp.num_units, hp.ffn_units, hp.num_heads * length
     encoder = 12 * c + 2 * f + 2 * scores  # one attention, one FFN
     decoder = 19 * c + 2 * f + 4 * scores  # two attentions, one FFN
@@ -126,7 +185,16 @@ def activation_floats_per_token(hp, length):
 def batch_shape(hp, length, replicas=1):
     """(rows, length) of the largest batch one replica trains on: a token
     budget fills `tokens_per_batch // length` rows (at least one); a
-    sentence count, `batch_size // replicas` rows."""
+    sentence count, `batch_size // replicas` rows.
+
+    Args:
+        hp: HParams.
+        length: int. The longest row, clipped to [1, `max_train_length`].
+        replicas: int. Replicas sharing the global batch. Defaults to `1`.
+
+    Returns:
+        tuple `(rows, length)` of ints.
+    """
     length = max(1, min(int(length), hp.max_train_length))
     if hp.batch_size:
         return max(1, hp.batch_size // replicas), length
@@ -137,7 +205,19 @@ def batch_shape(hp, length, replicas=1):
 def training_memory(hp, vocab_size, rows, length, policy=None):
     """The `MemoryEstimate` of training `hp` on batches of [rows, length]
     with a vocabulary of `vocab_size` pieces, in the Keras dtype `policy`
-    (None: float32; see the module docstring)."""
+    (None: float32; see the module docstring).
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The joint vocabulary's size.
+        rows: int. Rows of the batch.
+        length: int. Tokens per row.
+        policy: str or None. `"mixed_bfloat16"` or `"mixed_float16"` scale
+            the activations by `ACTIVATION_SHARE_16BIT`; None is float32.
+
+    Returns:
+        MemoryEstimate.
+    """
     parameters = count_parameters(hp, vocab_size)
     # R-Drop runs each row twice (one call on the batch stacked twice).
     copies = 2 if hp.rdrop_alpha else 1
@@ -155,12 +235,20 @@ def training_memory(hp, vocab_size, rows, length, policy=None):
 
 
 def physical_memory():
-    """This machine's physical memory in bytes."""
+    """This machine's physical memory in bytes.
+
+    Returns:
+        int.
+    """
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def on_host():
-    """Whether the training step runs on this host's CPU (no GPU or TPU)."""
+    """Whether the training step runs on this host's CPU (no GPU or TPU).
+
+    Returns:
+        bool.
+    """
     return not (tf.config.list_logical_devices("GPU")
                 or tf.config.list_logical_devices("TPU"))
 

@@ -13,12 +13,30 @@ import keras
 
 from tfattn import schedules
 
+__all__ = [
+    "learning_rate_schedule",
+    "build_optimizer",
+    "current_learning_rate",
+]
+
 
 def learning_rate_schedule(hp, total_steps=None):
     """The hparams' learning rate: a float, a `NoamSchedule`, or Keras's
     `CosineDecay` from 0 with a linear warmup to `hp.learning_rate` over
     `warmup_steps`, then down to 0 at `total_steps` (default
-    `hp.train_steps`)."""
+    `hp.train_steps`).
+
+    Args:
+        hp: HParams. Its `learning_rate_schedule` picks the form.
+        total_steps: int or None. Where the cosine schedule ends.
+
+    Returns:
+        float (constant), `NoamSchedule` (noam) or `CosineDecay` (cosine).
+
+    Raises:
+        ValueError: a cosine schedule with no more training steps than
+            `warmup_steps`.
+    """
     if hp.learning_rate_schedule == "constant":
         return hp.learning_rate
     if hp.learning_rate_schedule == "cosine":
@@ -40,6 +58,16 @@ def build_optimizer(hp, model, mixed_precision=None, total_steps=None):
     """Adam with the hparams' betas, epsilon and schedule, built for `model`.
 
     Under `mixed_float16` it is wrapped in a `LossScaleOptimizer`.
+
+    Args:
+        hp: HParams.
+        model: a built `keras.Model`. The optimizer is built for its
+            trainable variables.
+        mixed_precision: str or None. The Keras dtype policy name.
+        total_steps: int or None. Where the cosine schedule ends.
+
+    Returns:
+        keras.optimizers.Optimizer.
     """
     optimizer = keras.optimizers.Adam(
         learning_rate=learning_rate_schedule(hp, total_steps),
@@ -51,7 +79,14 @@ def build_optimizer(hp, model, mixed_precision=None, total_steps=None):
 
 
 def current_learning_rate(optimizer):
-    """The optimizer's learning rate now, as a float."""
+    """The optimizer's learning rate now, as a float.
+
+    Args:
+        optimizer: a Keras optimizer, or a `LossScaleOptimizer` around one.
+
+    Returns:
+        float.
+    """
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     rate = inner.learning_rate
     return float(rate.numpy() if hasattr(rate, "numpy") else rate)

@@ -17,9 +17,9 @@ this machine runs it faster, float32 otherwise.
 The probe measures what will run: the run's real vocabulary, rows of the
 training data's mean length, at most `PROBE_TOKENS` tokens and a batch
 whose estimated step (`tfattn.training.memory`) stays within
-`PROBE_MEMORY_SHARE` of
-physical memory; the float32 trainer is released before the bfloat16 one
-is built. It never ends a run: out of memory, it keeps float32 and says so.
+`PROBE_MEMORY_SHARE` of physical memory; the float32 trainer is released
+before the bfloat16 one is built. It never ends a run: out of memory, it
+keeps float32 and says so.
 
 Measured once per model directory: `resolve` reuses the choice recorded in
 `MODEL_DIR/precision.json` (`write_record`, at the first start) on resume,
@@ -41,6 +41,27 @@ import tensorflow as tf
 from tfattn import config
 from tfattn.training import memory
 from tfattn.utils.files import write_text_atomically
+
+__all__ = [
+    "CPU_BF16_FLAGS",
+    "MIN_SPEEDUP",
+    "MIN_WIDTH",
+    "cpu_flags",
+    "PROBE_TOKENS",
+    "PROBE_MEMORY_SHARE",
+    "RECORD_FILENAME",
+    "POLICIES",
+    "PrecisionChoice",
+    "probe_batch",
+    "step_speedup",
+    "choose",
+    "record_path",
+    "write_record",
+    "read_record",
+    "resolve",
+    "describe",
+]
+
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.1
 # Narrower models are not measured: their matmuls are too small for the
@@ -50,7 +71,14 @@ MIN_WIDTH = 128
 
 
 def cpu_flags(path="/proc/cpuinfo"):
-    """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
+    """The CPU's feature flags (empty where /proc/cpuinfo is not there).
+
+    Args:
+        path: str. The cpuinfo file. Defaults to `"/proc/cpuinfo"`.
+
+    Returns:
+        set of str. The words of its first `flags` line.
+    """
     try:
         with open(path) as f:
             for line in f:
@@ -86,12 +114,26 @@ class PrecisionChoice(NamedTuple):
 
     @property
     def name(self):
+        """str. The policy's name, `"float32"` for None."""
         return self.policy or "float32"
 
 
 def probe_batch(hp, vocab_size, mean_length, available=None):
     """(rows, length) of the probe's random batch, or None when not even
-    one row's step fits in `PROBE_MEMORY_SHARE` of `available` bytes."""
+    one row's step fits in `PROBE_MEMORY_SHARE` of `available` bytes.
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The run's vocabulary size.
+        mean_length: float. The training rows' mean length; the probe's
+            length is it rounded up to a multiple of 8 (at least 8, at most
+            `max_train_length`).
+        available: int or None. Bytes of memory (default: the machine's
+            physical memory).
+
+    Returns:
+        tuple `(rows, length)` of ints, or None.
+    """
     length = max(8, min(hp.max_train_length,
                         int(np.ceil(mean_length / 8)) * 8))
     rows, _ = memory.batch_shape(hp, length)
@@ -125,7 +167,19 @@ def step_speedup(hp, vocab_size, rows, length, steps=3):
     label-smoothed loss) runs in mixed_bfloat16 than in float32 here, on a
     random [rows, length] batch of a `vocab_size` vocabulary. Best of
     `steps` steps after two that trace and warm up; the float32 trainer is
-    released before the bfloat16 one is built."""
+    released before the bfloat16 one is built.
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The vocabulary size.
+        rows: int. Rows of the random batch.
+        length: int. Tokens per row.
+        steps: int. Timed steps per precision. Defaults to `3`.
+
+    Returns:
+        float. The float32 step time over the bfloat16 one (> 1 where
+        bfloat16 is faster).
+    """
     # step imports this module's neighbours, not this module: no cycle.
     from tfattn.training.step import build_trainer
 
@@ -155,7 +209,20 @@ def step_speedup(hp, vocab_size, rows, length, steps=3):
 
 def choose(hp, vocab_size, mean_length, flags=None):
     """The `PrecisionChoice` for training the hparams `hp` here, with a
-    vocabulary of `vocab_size` pieces on rows of `mean_length` tokens."""
+    vocabulary of `vocab_size` pieces on rows of `mean_length` tokens.
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The vocabulary size.
+        mean_length: float. The training rows' mean length.
+        flags: iterable of str or None. The CPU's flags (default:
+            `cpu_flags()`).
+
+    Returns:
+        PrecisionChoice. By the rules of the module docstring; measured
+        (`step_speedup`) only on a CPU with a bfloat16 dot product and a
+        width of at least `MIN_WIDTH`.
+    """
     if tf.config.list_logical_devices("TPU"):
         return PrecisionChoice("mixed_bfloat16", "a TPU computes in bfloat16")
     gpus = tf.config.list_physical_devices("GPU")
@@ -212,12 +279,27 @@ def _measure(hp, vocab_size, mean_length, found):
 # The record in the model directory.
 
 def record_path(model_dir):
+    """The path of the precision record of a model directory.
+
+    Args:
+        model_dir: str or path-like.
+
+    Returns:
+        str. `model_dir/precision.json`.
+    """
     return tf.io.gfile.join(str(model_dir), RECORD_FILENAME)
 
 
 def write_record(model_dir, choice, hp, vocab_size):
     """Records `choice` for `hp` and `vocab_size` in `model_dir` (whole, or
-    not at all)."""
+    not at all).
+
+    Args:
+        model_dir: str or path-like.
+        choice: PrecisionChoice.
+        hp: HParams. The hparams it was chosen for.
+        vocab_size: int. The vocabulary size it was chosen for.
+    """
     write_text_atomically(record_path(model_dir), json.dumps(dict(
         policy=choice.name, reason=choice.reason, speedup=choice.speedup,
         source=choice.source, vocab_size=vocab_size,
@@ -227,7 +309,16 @@ def write_record(model_dir, choice, hp, vocab_size):
 def read_record(model_dir, hp, vocab_size):
     """The `PrecisionChoice` recorded in `model_dir` for these hparams
     (outside `config.RESUMABLE_FIELDS`) and vocabulary size, or None (no
-    record, another run's, or one that does not read)."""
+    record, another run's, or one that does not read).
+
+    Args:
+        model_dir: str or path-like.
+        hp: HParams. The run's hparams.
+        vocab_size: int. The run's vocabulary size.
+
+    Returns:
+        PrecisionChoice (source "recorded") or None.
+    """
     path = record_path(model_dir)
     if not tf.io.gfile.exists(path):
         return None
@@ -257,9 +348,10 @@ def resolve(requested, hp, vocab_size, mean_length, model_dir):
         model_dir: where a first start's choice is recorded.
 
     Returns:
-        "auto": the recorded choice (source "recorded"), else `choose`'s.
-        Otherwise the requested policy (source "given"), whose reason names
-        the recorded choice it overrides, if any.
+        PrecisionChoice. For "auto", the recorded choice (source
+        "recorded"), else `choose`'s. Otherwise the requested policy
+        (source "given"), whose reason names the recorded choice it
+        overrides, if any.
     """
     recorded = read_record(model_dir, hp, vocab_size)
     if requested == "auto":
@@ -272,7 +364,14 @@ def resolve(requested, hp, vocab_size, mean_length, model_dir):
 
 
 def describe(choice):
-    """The line `train.py` prints: the policy, why, and how to change it."""
+    """The line `train.py` prints: the policy, why, and how to change it.
+
+    Args:
+        choice: PrecisionChoice.
+
+    Returns:
+        str.
+    """
     if choice.source == "recorded":
         return (f"Precision: {choice.name}, recorded at the first start "
                 f"({choice.reason}); --mixed_precision=off, mixed_float16 "

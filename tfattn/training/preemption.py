@@ -13,8 +13,16 @@ import threading
 
 from absl import logging
 
+__all__ = ["NonFiniteLossError", "TrainingPreempted", "StopRequest"]
+
+
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss (or weights).
+
+    Args:
+        step: int. The step (1-based) whose loss was not finite.
+        what: str. What was not finite, e.g. `"loss"` or `"weights"`.
+        last_checkpoint: str or None. The last (good) checkpoint kept.
 
     Attributes:
         step: int. The step (1-based) whose loss was not finite.
@@ -22,6 +30,8 @@ class NonFiniteLossError(RuntimeError):
     """
 
     def __init__(self, step, what, last_checkpoint):
+        """The message names the step, what was not finite, the checkpoint
+        kept and what to change."""
         self.step = step
         self.last_checkpoint = last_checkpoint
         kept = (f"The last good checkpoint, {last_checkpoint}, is kept"
@@ -37,12 +47,18 @@ class NonFiniteLossError(RuntimeError):
 class TrainingPreempted(RuntimeError):
     """Training stopped on SIGTERM after saving a checkpoint.
 
+    Args:
+        step: int. The step training stopped (and saved) at.
+        checkpoint: str or None. The checkpoint saved there (None on a
+            worker other than the chief).
+
     Attributes:
         step: int. The step training stopped (and saved) at.
         checkpoint: str or None. The checkpoint saved there.
     """
 
     def __init__(self, step, checkpoint):
+        """The message names the step, the checkpoint and how to resume."""
         self.step = step
         self.checkpoint = checkpoint
         super().__init__(
@@ -57,9 +73,14 @@ class StopRequest:
     The previous handler comes back on exit. Outside the main thread (where
     Python allows no signal handlers) it only serves as a flag that stays
     False.
+
+    Attributes:
+        requested: bool. Whether SIGTERM arrived in the block.
     """
 
     def __init__(self):
+        """`requested` starts False; no handler is installed until the
+        block is entered."""
         self.requested = False
         self._previous = None
 

@@ -35,6 +35,13 @@ from tfattn.training.distribute import is_chief
 from tfattn.training.distribute import per_replica_batch
 from tfattn.training.run_dir import resolve_hparams
 
+__all__ = [
+    "MIXED_PRECISION",
+    "PreparedRun",
+    "check_arguments",
+    "prepare_training",
+]
+
 MIXED_PRECISION = ("auto",) + precision.POLICIES
 
 
@@ -78,7 +85,18 @@ class PreparedRun:
 
 def check_arguments(steps, epochs, mixed_precision):
     """Raises ValueError naming a bad `steps`, `epochs` or
-    `mixed_precision`."""
+    `mixed_precision`.
+
+    Args:
+        steps: int or None. Must be a positive int when given.
+        epochs: int or None. Must be a positive int when given; not with
+            `steps`.
+        mixed_precision: one of `MIXED_PRECISION` (`"auto"`, None or a
+            Keras mixed policy name).
+
+    Raises:
+        ValueError: naming the first bad argument.
+    """
     if mixed_precision not in MIXED_PRECISION:
         raise ValueError(
             "Received an invalid value for argument `mixed_precision`, "
@@ -100,7 +118,19 @@ def prepare_training(hparams, dataset, model_dir, strategy=None, steps=None,
                      seed=0):
     """Prepares a training run (see the module docstring); writes nothing.
 
-    Args: as `training.train`; `mixed_precision` may also be "auto".
+    Args:
+        hparams: HParams or None. None resumes with `model_dir`'s saved
+            hparams (see `run_dir.resolve_hparams`).
+        dataset: DatasetSpec or spec string (`parse_dataset_spec`).
+        model_dir: str or path-like. The run's directory.
+        strategy: a `tf.distribute.Strategy` or None (the default one).
+        steps: int or None. Train until this step.
+        epochs: int or None. Train for this many passes; not with `steps`.
+        mixed_precision: None, `"mixed_float16"`, `"mixed_bfloat16"` or
+            `"auto"` (`precision.resolve`).
+        jit_compile: bool. XLA; batches are then padded to
+            `max_train_length`.
+        seed: int. Seeds Keras, TensorFlow and NumPy here, and the run.
 
     Returns:
         A `PreparedRun`.

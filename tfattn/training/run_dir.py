@@ -1,5 +1,5 @@
 """The model directory of a run: its hparams file, its checkpoints, and the
-model they hold.
+model they hold::
 
     model_dir/hparams.json          the resolved hparams (reused on resume)
     model_dir/precision.json        the precision chosen at the first start
@@ -31,6 +31,20 @@ from tfattn.training import checkpoints
 from tfattn import config
 from tfattn.data.tokenizer import load_tokenizer
 from tfattn.models import Transformer
+
+__all__ = [
+    "HPARAMS_FILENAME",
+    "CHECKPOINT_NAME",
+    "LOCK_FILENAME",
+    "ModelDirInUse",
+    "hold",
+    "hparams_path",
+    "load_saved_hparams",
+    "resolve_hparams",
+    "build_model",
+    "model_weights",
+    "restore_model",
+]
 
 HPARAMS_FILENAME = "hparams.json"
 CHECKPOINT_NAME = checkpoints.CHECKPOINT_NAME
@@ -66,6 +80,15 @@ def hold(model_dir, chief=True):
     refused command leaves nothing behind. Re-entrant in one process; only
     the chief of a multi-worker job holds it; not taken on remote
     filesystems (gs://...).
+
+    Args:
+        model_dir: str or path-like. The model directory; created if
+            missing.
+        chief: bool. Whether this process is the chief (only the chief
+            holds the directory). Defaults to `True`.
+
+    Yields:
+        None. The block runs while the directory is held.
 
     Raises:
         ModelDirInUse: another process holds it.
@@ -146,11 +169,29 @@ def _remove_if_empty(path, created):
 
 
 def hparams_path(model_dir):
+    """The path of the hparams file of a model directory.
+
+    Args:
+        model_dir: str or path-like.
+
+    Returns:
+        str. `model_dir/hparams.json`.
+    """
     return os.path.join(str(model_dir), HPARAMS_FILENAME)
 
 
 def load_saved_hparams(model_dir):
-    """The hparams saved in `model_dir`, or None when there are none."""
+    """The hparams saved in `model_dir`, or None when there are none.
+
+    Args:
+        model_dir: str or path-like.
+
+    Returns:
+        HParams or None.
+
+    Raises:
+        ValueError: the saved file does not parse (named in the message).
+    """
     path = hparams_path(model_dir)
     if not tf.io.gfile.exists(path):
         return None
@@ -169,6 +210,14 @@ def resolve_hparams(model_dir, requested=None):
     - A checkpoint: the saved ones. `requested`, when given, must agree with
       them in every field outside `config.RESUMABLE_FIELDS`; the requested
       resumable fields (e.g. a longer `train_steps`) are taken.
+
+    Args:
+        model_dir: str or path-like.
+        requested: HParams or None. The hparams asked for; None takes the
+            saved ones.
+
+    Returns:
+        HParams.
 
     Raises:
         ValueError: no hparams at all, a checkpoint without saved hparams,
@@ -205,7 +254,18 @@ def resolve_hparams(model_dir, requested=None):
 
 
 def build_model(hp, vocab_size, seed=None, mixed_precision=None):
-    """A built `Transformer` for the hparams (call it in a strategy scope)."""
+    """A built `Transformer` for the hparams (call it in a strategy scope).
+
+    Args:
+        hp: HParams.
+        vocab_size: int. The trained tokenizer's size (source and target).
+        seed: int or None. Seeds the weight initialisation and dropout.
+        mixed_precision: str or None. The Keras dtype policy name (e.g.
+            `"mixed_bfloat16"`); None is float32.
+
+    Returns:
+        Transformer. Built by a call on a dummy batch.
+    """
     model = Transformer(**config.model_kwargs(hp, vocab_size), seed=seed,
                         dtype=mixed_precision or "float32")
     dummy = tf.ones([1, 2], tf.int32)
@@ -223,6 +283,12 @@ def model_weights(model):
     slots and lost when restoring the model alone. Checkpointing this dict
     names every weight explicitly, by its path below the model (without the
     model's own name, which Keras numbers per process: `transformer_1`).
+
+    Args:
+        model: a built `keras.Model`.
+
+    Returns:
+        dict of weight path (below the model) to variable.
     """
     return {weight.path.split("/", 1)[1]: weight for weight in model.weights}
 

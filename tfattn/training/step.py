@@ -24,6 +24,15 @@ from tfattn.models import Transformer
 from tfattn.training.optimization import build_optimizer
 from tfattn.training.run_dir import build_model
 
+__all__ = [
+    "CrossEntropyObjective",
+    "RDropObjective",
+    "objective_for",
+    "Trainer",
+    "build_trainer",
+    "make_train_step",
+]
+
 
 class CrossEntropyObjective:
     """The label-smoothed cross-entropy of one training forward pass.
@@ -31,9 +40,13 @@ class CrossEntropyObjective:
     `objective(model, inputs, labels)` returns `losses.LossSums` over this
     replica's batch: the summed loss, the counted targets and the top-1
     hits (inputs `{'source': [B, S], 'target_in': [B, T]}`, labels [B, T]).
+
+    Args:
+        hp: HParams. Its `label_smoothing` is read.
     """
 
     def __init__(self, hp):
+        """Keeps `hp.label_smoothing`."""
         self.label_smoothing = hp.label_smoothing
 
     def __call__(self, model, inputs, labels):
@@ -41,6 +54,17 @@ class CrossEntropyObjective:
         return self.cross_entropy(labels, logits)
 
     def cross_entropy(self, labels, logits):
+        """The label-smoothed cross-entropy sums of `logits`.
+
+        Args:
+            labels: int tensor [B, T]. The target ids; padding (0) is not
+                counted.
+            logits: float tensor [B, T, V].
+
+        Returns:
+            losses.LossSums. The summed loss, the counted targets and the
+            top-1 hits.
+        """
         return losses.smoothed_cross_entropy_sums(
             labels, logits, epsilon=self.label_smoothing, pad_id=PAD_ID)
 
@@ -57,9 +81,13 @@ class RDropObjective(CrossEntropyObjective):
     the same minimiser, and the same Adam steps up to Adam's ε. The hits
     are the first copy's. A step costs about twice the compute and the
     activation memory of the batch alone.
+
+    Args:
+        hp: HParams. Its `label_smoothing` and `rdrop_alpha` (α) are read.
     """
 
     def __init__(self, hp):
+        """Keeps `hp.label_smoothing` and `hp.rdrop_alpha`."""
         super().__init__(hp)
         self.alpha = hp.rdrop_alpha
 
@@ -79,14 +107,28 @@ class RDropObjective(CrossEntropyObjective):
 
 def objective_for(hp):
     """The training objective `hp` names: R-Drop's where
-    `hp.rdrop_alpha > 0`, else the plain cross-entropy."""
+    `hp.rdrop_alpha > 0`, else the plain cross-entropy.
+
+    Args:
+        hp: HParams.
+
+    Returns:
+        RDropObjective or CrossEntropyObjective.
+    """
     if hp.rdrop_alpha > 0:
         return RDropObjective(hp)
     return CrossEntropyObjective(hp)
 
 
 class Trainer(NamedTuple):
-    """What `build_trainer` returns."""
+    """What `build_trainer` returns.
+
+    Attributes:
+        model: Transformer. The built model.
+        optimizer: keras.optimizers.Optimizer. Built for its variables.
+        step: tf.Variable. The int64 step counter.
+        train_step: the `tf.function` of `make_train_step`.
+    """
 
     model: Transformer
     optimizer: keras.optimizers.Optimizer
@@ -99,6 +141,16 @@ def build_trainer(strategy, hp, vocab_size, seed=None, mixed_precision=None,
     """The model, optimizer and step counter in `strategy`'s scope, and the
     distributed `train_step` over them (`make_train_step`). `total_steps`
     ends the cosine schedule (default `hp.train_steps`).
+
+    Args:
+        strategy: tf.distribute.Strategy. The scope everything is built in.
+        hp: HParams.
+        vocab_size: int. The trained tokenizer's size.
+        seed: int or None. Weight initialisation and dropout.
+        mixed_precision: str or None. A Keras dtype policy name, e.g.
+            `"mixed_float16"` (with loss scaling); None is float32.
+        jit_compile: bool. Compile the forward and backward pass with XLA.
+        total_steps: int or None. Where the cosine schedule ends.
 
     Returns:
         A `Trainer(model, optimizer, step, train_step)`.
@@ -122,6 +174,20 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
     the number of them predicted correctly (the label's logit the largest:
     `losses.smoothed_cross_entropy_sums`) and the sum of the
     workers' `stop` values, as scalars: one all-reduce of the four.
+
+    Args:
+        strategy: tf.distribute.Strategy. Runs the step on its replicas.
+        model: Transformer. Built in `strategy`'s scope.
+        optimizer: keras.optimizers.Optimizer. Built for the model.
+        step: tf.Variable. The step counter, incremented by each step.
+        hp: HParams. The objective (`objective_for`) and the loss
+            denominator's epsilon.
+        mixed_precision: str or None. `"mixed_float16"` scales the loss.
+        jit_compile: bool. Compile the forward and backward pass with XLA.
+
+    Returns:
+        The `tf.function` `train_step(iterator, stop=None)`, which reads
+        one batch from `iterator`.
     """
     loss_scaling = mixed_precision == "mixed_float16"
     variables = model.trainable_variables

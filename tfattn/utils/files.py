@@ -18,10 +18,26 @@ import tensorflow as tf
 
 from tfattn.utils.validation import invalid_argument
 
+__all__ = [
+    "write_files_atomically",
+    "write_text_atomically",
+    "local_directory",
+    "refuse_existing",
+    "temporary_sibling",
+    "remove_stale_siblings",
+    "directory_written_atomically",
+    "rename_into_place",
+]
+
 
 def write_files_atomically(files):
     """Writes `{path: bytes or str}`; every file is complete before the
-    first rename, so an error while writing changes none of them."""
+    first rename, so an error while writing changes none of them.
+
+    Args:
+        files: dict. Maps each path (local or `tf.io.gfile`) to its
+            content: `str` is written as text, `bytes` as binary.
+    """
     temps = {path: f"{path}.tmp-{uuid.uuid4().hex}" for path in files}
     try:
         for path, data in files.items():
@@ -37,7 +53,12 @@ def write_files_atomically(files):
 
 
 def write_text_atomically(path, text):
-    """Writes `text` to `path` whole (see the module docstring)."""
+    """Writes `text` to `path` whole (see the module docstring).
+
+    Args:
+        path: str or path-like. The file to write.
+        text: str. Its whole content.
+    """
     write_files_atomically({str(path): text})
 
 
@@ -46,7 +67,20 @@ def write_text_atomically(path, text):
 
 def local_directory(name, path, context):
     """`path` as an absolute local path; refuses URLs and empty values,
-    naming the argument `name` of `context`."""
+    naming the argument `name` of `context`.
+
+    Args:
+        name: str. The argument's name, for the error message.
+        path: str or path-like. The directory path to check.
+        context: str or None. Who checks (prefixes the error message).
+
+    Returns:
+        str. `path`, made absolute.
+
+    Raises:
+        ValueError: `path` is not a non-empty string or path-like, or is a
+            URL (contains `://`).
+    """
     path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
     if not isinstance(path, str) or not path:
         raise invalid_argument(name, "a local directory path", path, context)
@@ -62,7 +96,16 @@ def local_directory(name, path, context):
 
 
 def refuse_existing(path, overwrite):
-    """FileExistsError when `path` exists and `overwrite` is False."""
+    """FileExistsError when `path` exists and `overwrite` is False.
+
+    Args:
+        path: str. The target path.
+        overwrite: bool. Whether an existing `path` may be replaced.
+
+    Raises:
+        FileExistsError: `path` exists (even as a broken link) and
+            `overwrite` is False.
+    """
     if os.path.lexists(path) and not overwrite:
         raise FileExistsError(
             f"{path}: already exists; refusing to overwrite it (pass "
@@ -72,7 +115,16 @@ def refuse_existing(path, overwrite):
 
 def temporary_sibling(path, kind="tmp"):
     """A fresh hidden name beside `path`: `.NAME.KIND-PID-HEX`, the PID of
-    the process that made it (`remove_stale_siblings` reads it)."""
+    the process that made it (`remove_stale_siblings` reads it).
+
+    Args:
+        path: str. The target path.
+        kind: str. `"tmp"` (a directory being written) or `"old"` (an old
+            `path` moved aside). Defaults to `"tmp"`.
+
+    Returns:
+        str. The sibling's path (nothing is created).
+    """
     parent, name = os.path.split(path)
     return os.path.join(parent,
                         f".{name}.{kind}-{os.getpid()}-{uuid.uuid4().hex}")
@@ -115,6 +167,9 @@ def remove_stale_siblings(path):
     removed if `path` exists, and renamed back to `path` if the kill came
     between the two renames. Other names, and other targets' siblings, are
     left alone.
+
+    Args:
+        path: str. The target directory whose siblings are cleared.
     """
     parent, name = os.path.split(path)
     try:
@@ -140,7 +195,19 @@ def directory_written_atomically(path, overwrite):
     """Yields a temporary sibling directory to fill; on success renames it
     to `path` (replacing an old one when `overwrite`), on any error removes
     it, so `path` never holds half a directory. What killed writes of
-    `path` left beside it is cleared first (`remove_stale_siblings`)."""
+    `path` left beside it is cleared first (`remove_stale_siblings`).
+
+    Args:
+        path: str. The local directory to write.
+        overwrite: bool. Whether an existing `path` may be replaced.
+
+    Yields:
+        str. The temporary directory to fill.
+
+    Raises:
+        FileExistsError: `path` exists and `overwrite` is False.
+        OSError: the temporary directory cannot be made beside `path`.
+    """
     remove_stale_siblings(path)
     refuse_existing(path, overwrite)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -163,7 +230,16 @@ def directory_written_atomically(path, overwrite):
 def rename_into_place(tmp_dir, path, overwrite):
     """Renames the finished directory `tmp_dir` to `path`; an old `path` is
     moved aside first and deleted only once the new one is in place
-    (restored if that rename fails)."""
+    (restored if that rename fails).
+
+    Args:
+        tmp_dir: str. The finished directory.
+        path: str. Its final name.
+        overwrite: bool. Whether an existing `path` may be replaced.
+
+    Raises:
+        FileExistsError: `path` exists and `overwrite` is False.
+    """
     if not os.path.lexists(path):
         # os.rename would silently replace an empty directory created since
         # the first check; a non-empty one makes it fail.

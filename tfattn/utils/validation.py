@@ -7,6 +7,19 @@ value received, in the Keras format:
 
 import numbers
 
+__all__ = [
+    "FLAVORS",
+    "echo",
+    "invalid_argument",
+    "check_positive_int",
+    "check_non_negative_float",
+    "check_rate",
+    "check_bool",
+    "check_choice",
+    "shape_of",
+    "check_rank",
+]
+
 # The model flavours: the paper's attention and the two reference codes.
 FLAVORS = ("paper", "reference_2017", "reference_2019")
 # Longest echo of a received value in a message.
@@ -15,7 +28,16 @@ _MAX_ECHO = 100
 
 def echo(value, as_repr=True):
     """`value` (its repr, or the string itself) for a message, cut to about
-    100 characters with its full length said."""
+    100 characters with its full length said.
+
+    Args:
+        value: any. The value to show.
+        as_repr: bool. Show `repr(value)` (the default), else `str(value)`.
+
+    Returns:
+        str. The text, its first 100 characters followed by
+        `... (N characters)` when longer.
+    """
     text = repr(value) if as_repr else str(value)
     if len(text) <= _MAX_ECHO:
         return text
@@ -27,7 +49,17 @@ _echo = echo
 
 def invalid_argument(name, expected, received, context=None):
     """Returns the ValueError for argument `name` (raise it at the call
-    site)."""
+    site).
+
+    Args:
+        name: str. The argument's name.
+        expected: str. What was expected, e.g. `"a positive integer"`.
+        received: any. The value received (echoed, see `echo`).
+        context: str or None. Who checks; prefixes the message.
+
+    Returns:
+        ValueError. Its message in the module's format.
+    """
     prefix = f"{context}: " if context else ""
     return ValueError(
         f"{prefix}Received an invalid value for argument `{name}`, expected "
@@ -36,6 +68,19 @@ def invalid_argument(name, expected, received, context=None):
 
 
 def check_positive_int(name, value, context=None):
+    """Checks that `value` is an integer >= 1 (not a bool).
+
+    Args:
+        name: str. The argument's name, for the error message.
+        value: any. The value to check.
+        context: str or None. Who checks; prefixes the error message.
+
+    Returns:
+        int. `value` as a Python int.
+
+    Raises:
+        ValueError: `value` is not an integer >= 1.
+    """
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Integral)
@@ -46,6 +91,19 @@ def check_positive_int(name, value, context=None):
 
 
 def check_non_negative_float(name, value, context=None):
+    """Checks that `value` is a real number >= 0 (not a bool, not NaN).
+
+    Args:
+        name: str. The argument's name, for the error message.
+        value: any. The value to check.
+        context: str or None. Who checks; prefixes the error message.
+
+    Returns:
+        float. `value` as a Python float.
+
+    Raises:
+        ValueError: `value` is not a real number >= 0.
+    """
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
@@ -56,7 +114,19 @@ def check_non_negative_float(name, value, context=None):
 
 
 def check_rate(name, value, context=None):
-    """A dropout-style rate in [0, 1)."""
+    """Checks a dropout-style rate in [0, 1).
+
+    Args:
+        name: str. The argument's name, for the error message.
+        value: any. The value to check.
+        context: str or None. Who checks; prefixes the error message.
+
+    Returns:
+        float. `value` as a Python float.
+
+    Raises:
+        ValueError: `value` is not a real number in [0, 1) (or is a bool).
+    """
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
@@ -67,12 +137,39 @@ def check_rate(name, value, context=None):
 
 
 def check_bool(name, value, context=None):
+    """Checks that `value` is a Python bool.
+
+    Args:
+        name: str. The argument's name, for the error message.
+        value: any. The value to check.
+        context: str or None. Who checks; prefixes the error message.
+
+    Returns:
+        bool. `value`.
+
+    Raises:
+        ValueError: `value` is not a Python bool.
+    """
     if not isinstance(value, bool):
         raise invalid_argument(name, "a Python bool", value, context)
     return value
 
 
 def check_choice(name, value, choices, context=None):
+    """Checks that `value` is one of `choices`.
+
+    Args:
+        name: str. The argument's name, for the error message.
+        value: any. The value to check.
+        choices: sequence. The values allowed.
+        context: str or None. Who checks; prefixes the error message.
+
+    Returns:
+        `value`.
+
+    Raises:
+        ValueError: `value` is not in `choices`.
+    """
     if value not in choices:
         expected = "one of " + ", ".join(repr(c) for c in choices)
         raise invalid_argument(name, expected, value, context)
@@ -80,14 +177,35 @@ def check_choice(name, value, choices, context=None):
 
 
 def shape_of(x):
-    """The static shape of a tensor or a shape tuple, as a tuple."""
+    """The static shape of a tensor or a shape tuple, as a tuple.
+
+    Args:
+        x: a tensor (anything with a `shape`) or a shape.
+
+    Returns:
+        tuple or None. The shape (None when it is unknown).
+    """
     shape = getattr(x, "shape", x)
     return tuple(shape) if shape is not None else None
 
 
 def check_rank(name, x, rank, meaning, context=None):
     """Checks the static rank of a tensor (or shape); `meaning` names the
-    axes."""
+    axes.
+
+    Args:
+        name: str. The argument's name, for the error message.
+        x: a tensor or a shape.
+        rank: int. The rank expected.
+        meaning: str. The axes, e.g. `"[B, T]"`, for the error message.
+        context: str or None. Who checks; prefixes the error message.
+
+    Returns:
+        tuple. The static shape of `x`.
+
+    Raises:
+        ValueError: the shape of `x` is unknown or not of rank `rank`.
+    """
     shape = shape_of(x)
     if shape is None or len(shape) != rank:
         raise invalid_argument(

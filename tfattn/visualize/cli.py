@@ -6,8 +6,25 @@ import os
 
 from tfattn.utils.files import write_files_atomically
 
+__all__ = ["check_output_dir", "parse_indices", "run"]
+
+
 def parse_indices(flag, text, count, what):
-    """"all" or "i,j,..." -> sorted indices in [0, count)."""
+    """The indices that a `--layers` or `--heads` value selects.
+
+    Args:
+        flag: str. The flag's name, for error messages.
+        text: str. `"all"`, or comma-separated integers such as `"0,2"`.
+        count: int. How many there are (indices run from 0 to
+            `count - 1`).
+        what: str. What they index, e.g. `"layer(s)"`, for error messages.
+
+    Returns:
+        A sorted list of distinct int indices in `[0, count)`.
+
+    Raises:
+        ValueError: neither `"all"` nor integers, or an index out of range.
+    """
     if text.strip() == "all":
         return list(range(count))
     try:
@@ -23,6 +40,14 @@ def parse_indices(flag, text, count, what):
 
 
 def check_output_dir(path):
+    """Refuses an `--output_dir` that exists and is not a directory.
+
+    Args:
+        path: str. The output directory.
+
+    Raises:
+        ValueError: `path` exists and is not a directory.
+    """
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"--output_dir={path}: exists and is not a "
                          "directory.")
@@ -30,7 +55,33 @@ def check_output_dir(path):
 
 def run(model_dir, text, output_dir, layers="all", heads="all",
         average_checkpoints=1):
-    """The CLI's work, for tests and scripts. Returns (maps, paths)."""
+    """The CLI's work, for tests and scripts.
+
+    Translates `text` with the model that `train.py` left in `model_dir`
+    and writes into `output_dir`: `index.html` (every layer and head),
+    `{kind}_layer{i}.png` (the selected heads of each selected layer) and
+    `scores.npz` (the selected weights and the tokens).
+
+    Args:
+        model_dir: str. A model directory that `train.py` trained.
+        text: str. The source sentence.
+        output_dir: str. Where the files go (created if missing).
+        layers: str. `"all"` or comma-separated layer indices. Defaults to
+            `"all"`.
+        heads: str. `"all"` or comma-separated head indices. Defaults to
+            `"all"`.
+        average_checkpoints: int. Use the average of the last N
+            checkpoints. Defaults to `1`.
+
+    Returns:
+        `(maps, paths)`: the `AttentionMaps` and the paths written (the
+        page, the PNGs, then the `.npz`).
+
+    Raises:
+        ValueError: an empty `text`, bad indices, or an `output_dir` that
+            is not a directory.
+        ImportError: matplotlib is missing (the `viz` extra).
+    """
     import numpy as np
 
     from tfattn import config

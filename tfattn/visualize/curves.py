@@ -6,11 +6,11 @@
 - `plot_curve(log_dir, path, tags=...)`: those points as a PNG, one panel per
   tag, against the step and (top axis) the wall time since the first event.
 
-```python
-from tfattn.visualize import curves
+Example::
 
-curves.plot_curve("runs/m30k/train", "docs/multi30k_validation_bleu.png")
-```
+    from tfattn.visualize import curves
+
+    curves.plot_curve("runs/m30k/train", "docs/multi30k_validation_bleu.png")
 """
 
 import io
@@ -22,6 +22,8 @@ import tensorflow as tf
 from tfattn.utils.files import write_files_atomically
 from tfattn.utils.validation import invalid_argument
 from tfattn.visualize.plot import require_matplotlib
+
+__all__ = ["available_tags", "plot_curve", "read_scalars"]
 
 _CONTEXT = "curves"
 
@@ -51,6 +53,10 @@ def read_scalars(log_dir, tag):
     Returns:
         (steps, values, wall_times): three 1-D numpy arrays, empty when the
         tag was never written.
+
+    Raises:
+        ValueError: `tag` is not a non-empty str, or `log_dir` holds no
+            event files.
     """
     if not isinstance(tag, str) or not tag:
         raise invalid_argument("tag", "a non-empty str", tag, _CONTEXT)
@@ -77,8 +83,9 @@ def plot_curve(log_dir, path, tags=("validation_bleu", "loss"), title=None):
     Args:
         log_dir: str or path-like. The run's `MODEL_DIR/train`.
         path: str or path-like. The PNG to write (atomically).
-        tags: sequence of str. One panel per tag, in order.
-        title: str or None. The figure's title.
+        tags: sequence of str. One panel per tag, in order. Defaults to
+            `("validation_bleu", "loss")`.
+        title: str or None. The figure's title. Defaults to `None`.
 
     Returns:
         dict tag -> (steps, values, wall_times) that were drawn.
@@ -86,6 +93,7 @@ def plot_curve(log_dir, path, tags=("validation_bleu", "loss"), title=None):
     Raises:
         ValueError: no event files, or a tag with no points (the message
             lists the scalars that the files hold).
+        ImportError: matplotlib is missing (the `viz` extra).
     """
     figure_cls, canvas_cls = require_matplotlib()
     from matplotlib.ticker import MaxNLocator
@@ -131,7 +139,17 @@ def plot_curve(log_dir, path, tags=("validation_bleu", "loss"), title=None):
 
 
 def available_tags(log_dir):
-    """The scalar tags of a folder's event files, sorted."""
+    """The scalar tags of a folder's event files, sorted.
+
+    Args:
+        log_dir: str or path-like. A folder of event files.
+
+    Returns:
+        A sorted list of str.
+
+    Raises:
+        ValueError: `log_dir` holds no event files.
+    """
     tags = set()
     for path in _event_files(log_dir):
         for event in tf.compat.v1.train.summary_iterator(path):

@@ -30,6 +30,8 @@ import numpy as np
 from tfattn.utils.files import write_text_atomically
 from tfattn.utils.validation import invalid_argument
 
+__all__ = ["KINDS", "write_html"]
+
 KINDS = ("encoder", "decoder", "cross")
 # Kind -> (query tokens, key tokens): which sentence is on which side.
 _SIDES = {"encoder": ("source", "source"), "decoder": ("target", "target"),
@@ -134,13 +136,23 @@ def _rounded(a):
 
 
 def write_html(scores, source_tokens, target_tokens, path):
-    """Writes the attention page to `path`; returns its absolute path.
+    """Writes the attention page to `path` (atomically).
 
     Args:
-      scores: dict kind -> list (one per layer) of [H, T_q, T_k] arrays or
-        tensors (or [1, H, T_q, T_k]); kinds "encoder", "decoder", "cross".
-      source_tokens, target_tokens: lists of str, S and T long.
-      path: the .html file to write (its directory is created if missing).
+        scores: dict. Kind (`"encoder"`, `"decoder"`, `"cross"`) to a list
+            (one per layer) of [H, T_q, T_k] arrays or tensors (or
+            [1, H, T_q, T_k]) of weights in [0, 1].
+        source_tokens, target_tokens: lists of str, S and T long.
+        path: str or path-like. The .html file to write (its directory is
+            created if missing).
+
+    Returns:
+        str, the absolute `path`.
+
+    Raises:
+        ValueError: tokens that are not lists of str, `scores` of an
+            unknown kind, shape or range, or a `path` that is a directory
+            (the message names the argument).
     """
     source = _check_tokens("source_tokens", source_tokens)
     target = _check_tokens("target_tokens", target_tokens)

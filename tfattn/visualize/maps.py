@@ -21,6 +21,14 @@ from tfattn.decoding.translate import model_proto_of
 from tfattn.utils.validation import invalid_argument
 from tfattn.visualize.plot import plot_attention
 
+__all__ = [
+    "KINDS",
+    "AttentionMaps",
+    "attention_maps",
+    "query_and_key_tokens",
+    "write_attention_summaries",
+]
+
 KINDS = ("encoder", "decoder", "cross")
 
 
@@ -53,10 +61,14 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
         tokenizer: its `SubwordTokenizer` (or the SentencePiece model bytes).
         text: str, one source sentence.
         beam_size, alpha, extra_length: the search, as the run's hparams
-            say (`config.decoding_kwargs(hp)`).
+            say (`config.decoding_kwargs(hp)`). Default to `1` (greedy),
+            `0.6` and `50`.
 
     Returns:
         An `AttentionMaps`.
+
+    Raises:
+        ValueError: `text` is not a non-empty str.
     """
     if not isinstance(text, str) or not text.strip():
         raise invalid_argument("text", "a non-empty sentence", text,
@@ -83,7 +95,16 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
 
 
 def query_and_key_tokens(maps, kind):
-    """(query tokens, key tokens) of one attention kind."""
+    """The tokens on the query and key sides of one attention kind.
+
+    Args:
+        maps: AttentionMaps. What `attention_maps` returned.
+        kind: str. One of `KINDS`.
+
+    Returns:
+        `(query_tokens, key_tokens)`: two lists of str (the source or
+        target pieces of `maps`).
+    """
     source, target = maps.source_tokens, maps.target_tokens
     return {"encoder": (source, source), "decoder": (target, target),
             "cross": (target, source)}[kind]
@@ -94,7 +115,25 @@ def write_attention_summaries(model, tokenizer, texts, log_dir, step,
     """TensorBoard images (`tf.summary.image`) of the last layer's attention,
     all heads, of each kind in `kinds`, for each sentence of `texts`.
 
-    Tags: `attention/{kind}/sentence_{i}`. Returns the number of images.
+    Tags: `attention/{kind}/sentence_{i}`.
+
+    Args:
+        model: a built `tfattn.Transformer`.
+        tokenizer: its `SubwordTokenizer` (or the SentencePiece model bytes).
+        texts: sequence of str. The source sentences.
+        log_dir: str or path-like. The TensorBoard folder to write into.
+        step: int. The summaries' step.
+        decoding: dict or None. Keyword arguments of `attention_maps`
+            (`beam_size`, `alpha`, `extra_length`); `None` takes its
+            defaults. Defaults to `None`.
+        kinds: sequence of str. The kinds drawn, among `KINDS`. Defaults
+            to `("encoder", "cross")`.
+
+    Returns:
+        int, the number of images written.
+
+    Raises:
+        ImportError: matplotlib is missing (the `viz` extra).
     """
     decoding = decoding or {}
     writer = tf.summary.create_file_writer(str(log_dir))

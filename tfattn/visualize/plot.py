@@ -9,11 +9,22 @@ import numpy as np
 from tfattn.utils.files import write_files_atomically
 from tfattn.utils.validation import invalid_argument
 
+__all__ = ["plot_attention", "require_matplotlib"]
+
 _CONTEXT = "plot_attention"
 
 
 def require_matplotlib():
-    """Imports matplotlib's object-oriented API (no pyplot, no display)."""
+    """Imports matplotlib's object-oriented API (no pyplot, no display).
+
+    Returns:
+        `(Figure, FigureCanvasAgg)`: the classes
+        `matplotlib.figure.Figure` and
+        `matplotlib.backends.backend_agg.FigureCanvasAgg`.
+
+    Raises:
+        ImportError: matplotlib is missing (the `viz` extra).
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -43,8 +54,9 @@ def plot_attention(weights, query_tokens, key_tokens, path=None, title=None):
             in a grid of up to 4 columns): NumPy array or tensor.
         query_tokens: list of T_q str, the rows' labels (who attends).
         key_tokens: list of T_k str, the columns' labels (attended to).
-        path: str or None. Where to write a PNG (atomically).
-        title: str or None.
+        path: str or None. Where to write a PNG (atomically); `None`
+            writes nothing. Defaults to `None`.
+        title: str or None. The figure's title. Defaults to `None`.
 
     Returns:
         The `matplotlib.figure.Figure`.
