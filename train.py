@@ -80,6 +80,17 @@ def _import_tensorflow_quietly():
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# train.py is a TensorFlow program (tf.distribute, tf.data, SavedModel):
+# it takes the TensorFlow backend over ~/.keras/keras.json, and refuses
+# another named in the environment rather than overriding the user's choice.
+if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
+    print(
+        "train.py: error: train.py runs on Keras's TensorFlow backend, and "
+        f"KERAS_BACKEND is {os.environ['KERAS_BACKEND']!r}: unset it or set "
+        "KERAS_BACKEND=tensorflow",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 _import_tensorflow_quietly()
 
 import tensorflow  # noqa: E402

@@ -1,20 +1,24 @@
-"""tfattn: Keras 3 attention layers and Transformer stacks (TensorFlow backend).
+"""tfattn: Keras 3 attention layers, Transformer stacks and models.
 
 Reproduces Kyubyong/transformer's `multihead_attention` (2017 and 2019 code)
 and offers the paper's attention, with the stacks, decoding, training and
 export built on them.
+
+The layers, models, losses, schedules and searches imported here run on
+every Keras backend (the one Keras is set to: `KERAS_BACKEND` or
+`~/.keras/keras.json`; TensorFlow when neither says). They import no
+TensorFlow under another backend. The TensorFlow-only parts (`tfattn.training`,
+`tfattn.data`, `tfattn.export`, `tfattn.interop`, translation and
+evaluation in `tfattn.decoding.translate` / `.evaluation`) load when first
+used.
 """
 
 import importlib
 import importlib.abc
 import importlib.util
-import os
 import sys
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 from tfattn import decoding  # noqa: E402
-from tfattn import interop  # noqa: E402
 from tfattn import layers  # noqa: E402
 from tfattn import losses  # noqa: E402
 from tfattn import ops  # noqa: E402
@@ -97,7 +101,12 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _MovedModules())
 
 
+# Subpackages that need TensorFlow, loaded on first use (`tfattn.interop`).
+_LAZY = ("interop", "training", "data", "export", "visualize", "cli",
+         "config", "utils")
+
+
 def __getattr__(name):
-    if f"tfattn.{name}" in _MOVED:
+    if f"tfattn.{name}" in _MOVED or name in _LAZY:
         return importlib.import_module(f"tfattn.{name}")
     raise AttributeError(f"module 'tfattn' has no attribute {name!r}")

@@ -18,6 +18,9 @@ on CPU than shifting by ε/V and scattering at the labels: 84.6 against
 89.9 ms, `bench/loss.py`). Everything runs
 in float32, whatever the logits' dtype (float16 and bfloat16 logits are
 cast first), so the loss stays finite and accurate under mixed precision.
+On TensorFlow the gradient above is written out (`tf.custom_gradient`); the
+other backends differentiate the same closed form (logsumexp, label gather,
+mean), which gives the same softmax(z) - y_s.
 
 The mean is taken over the non-padding targets only (§1.7, §2.9):
 loss = Σ CE · [label != pad_id] / (Σ [label != pad_id] + denominator_epsilon).
@@ -26,12 +29,13 @@ with no real target gives 0 (not NaN) when `denominator_epsilon` is 0.
 """
 
 import numbers
+from typing import Any
 from typing import NamedTuple
 
 import keras
-import tensorflow as tf
 from keras import ops
 
+from tfattn.ops import _backend
 from tfattn.utils import validation
 
 __all__ = ["LabelSmoothedCrossEntropy", "LossSums", "reinforce_loss",
@@ -45,9 +49,9 @@ _KL_CONTEXT = "symmetric_kl_sum"
 class LossSums(NamedTuple):
     """What `smoothed_cross_entropy_sums` returns: float32 scalars."""
 
-    loss: tf.Tensor  # Σ CE over the counted targets (times their weights).
-    tokens: tf.Tensor  # The counted targets (their summed weights).
-    correct: tf.Tensor  # Those whose logit is the largest (weighted).
+    loss: Any  # Σ CE over the counted targets (times their weights).
+    tokens: Any  # The counted targets (their summed weights).
+    correct: Any  # Those whose logit is the largest (weighted).
 
 
 def smoothed_cross_entropy_sums(
@@ -177,20 +181,20 @@ def symmetric_kl_sum(labels, logits_a, logits_b, pad_id=0):
             "logits_b", f"a tensor of the shape of `logits_a`, "
             f"{validation.shape_of(logits_a)}",
             f"<tensor of shape {validation.shape_of(logits_b)}>", _KL_CONTEXT)
-    log_a = tf.nn.log_softmax(ops.cast(logits_a, "float32"))
-    log_b = tf.nn.log_softmax(ops.cast(logits_b, "float32"))
-    per_token = 0.5 * tf.reduce_sum(
-        (tf.exp(log_a) - tf.exp(log_b)) * (log_a - log_b), axis=-1)
+    log_a = ops.log_softmax(ops.cast(logits_a, "float32"), axis=-1)
+    log_b = ops.log_softmax(ops.cast(logits_b, "float32"), axis=-1)
+    per_token = 0.5 * ops.sum(
+        (ops.exp(log_a) - ops.exp(log_b)) * (log_a - log_b), axis=-1)
     if pad_id is None:
-        return tf.reduce_sum(per_token)
+        return ops.sum(per_token)
     keep = ops.cast(ops.cast(labels, "int32") != pad_id, "float32")
-    return tf.reduce_sum(per_token * keep)
+    return ops.sum(per_token * keep)
 
 
 def _divide(total, count, denominator_epsilon):
     if denominator_epsilon:
         return total / (count + denominator_epsilon)
-    return tf.math.divide_no_nan(total, count)
+    return ops.divide_no_nan(total, count)
 
 
 def _per_token(labels, logits, epsilon, pad_id):
@@ -220,8 +224,12 @@ def _smoothed_cross_entropy(logits, labels, epsilon):
     exp(z - logsumexp(z)). With the gradient written out, the loss takes
     about 0.7x the time of the logsumexp form on CPU, which itself took
     0.56x the time of differentiating the label gather (a scatter into a
-    dense [..., V] zero tensor); `bench/loss.py`.
+    dense [..., V] zero tensor); `bench/loss.py`. That is TensorFlow's
+    path; the other backends differentiate `_keras_cross_entropy`.
     """
+    if not _backend.is_tensorflow():
+        return _keras_cross_entropy(logits, labels, epsilon)
+    tf = _backend.tensorflow()
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
     off_value = epsilon / tf.cast(vocab_size, tf.float32)
     on_value = 1.0 - epsilon + off_value
@@ -247,6 +255,20 @@ def _smoothed_cross_entropy(logits, labels, epsilon):
 
     ce, top = loss_and_gradient(logits)
     return ce, tf.stop_gradient(top)
+
+
+def _keras_cross_entropy(logits, labels, epsilon):
+    """`_smoothed_cross_entropy` in `keras.ops`, differentiated by the
+    backend: d(logsumexp)/dz is softmax(z), and the gather and the mean
+    give -(1 - ε)·onehot - ε/V."""
+    max_logit = ops.max(logits, axis=-1)
+    label_logit = ops.take_along_axis(
+        logits, ops.expand_dims(labels, -1), axis=-1)[..., 0]
+    ce = ops.logsumexp(logits, axis=-1) - (1.0 - epsilon) * label_logit
+    if epsilon:
+        ce = ce - epsilon * ops.mean(logits, axis=-1)
+    top = ops.cast(label_logit >= max_logit, "float32")
+    return ce, ops.stop_gradient(top)
 
 
 def _apply_weights(keep, weights):

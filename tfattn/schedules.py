@@ -35,7 +35,8 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     the peak is reached on update number w.
 
     The schedule is plain `keras.ops` arithmetic in float32 on the step
-    tensor, so it runs eagerly, inside `tf.function` and under XLA.
+    tensor, so it runs on every Keras backend, eagerly and compiled
+    (`tf.function`, XLA, `jax.jit`).
 
     Args:
         num_units: int. Model width d_model of the paper's factor

@@ -1,13 +1,19 @@
-"""Batched greedy and beam search, each one `tf.while_loop`.
+"""Batched greedy and beam search, each one `keras.ops.while_loop`.
 
 Both searches are model-agnostic: the model is a `step_fn` that maps the
 previous token of every row, the position and a cache to next-token logits
-and the updated cache. The whole search runs inside a single `tf.while_loop`
-whose loop variables all keep one fixed shape, and the position is a scalar
-int32 tensor, never a Python int, so the searches run eagerly, inside
-`tf.function`, and inside `tf.function(jit_compile=True)` with one XLA
-compilation for the whole decode (see docs/traps.md item 2: calling a compiled
-step per position from Python recompiles at every position).
+and the updated cache. The whole search runs inside a single
+`keras.ops.while_loop` whose loop variables all keep one fixed shape, and the
+position is a scalar int32 tensor, never a Python int, so one compilation
+covers the whole decode (see docs/traps.md item 2: calling a compiled step
+per position from Python recompiles at every position). The searches run on
+every Keras backend and return tensors of the running backend:
+
+- TensorFlow: one `tf.while_loop`, eagerly, inside `tf.function`, and
+  inside `tf.function(jit_compile=True)` with one XLA compilation.
+- JAX: one `jax.lax.while_loop`, eagerly or under `jax.jit` (the batch size
+  and the Python-int arguments are static there; the ids, the cache and
+  `max_lengths` may be traced).
 
 Shape letters: B = batch, K = beam size, V = vocabulary, L = `max_length`
 (the static number of generated tokens the output buffer holds).
@@ -36,12 +42,16 @@ Output conventions (both searches):
 from typing import Any
 from typing import NamedTuple
 
-import tensorflow as tf
+import keras
+from keras import ops
 
+from tfattn.decoding._loop import _argmax
+from tfattn.decoding._loop import _batch_gather
 from tfattn.decoding._loop import _call_step_fn
 from tfattn.decoding._loop import _dim
 from tfattn.decoding._loop import _keep_shapes
 from tfattn.decoding._loop import _row_limits
+from tfattn.decoding._loop import _take_rows
 from tfattn.decoding._loop import _validate
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
@@ -63,7 +73,7 @@ _DEAD_THRESHOLD = -1e8
 def greedy_search(
     step_fn, initial_ids, initial_cache, max_length, eos_id, max_lengths=None
 ):
-    """Batched greedy decoding in one `tf.while_loop`.
+    """Batched greedy decoding in one `keras.ops.while_loop`.
 
     At each position every unfinished row emits the argmax of its next-token
     distribution (ties go to the lowest id). A row finishes when it emits
@@ -91,45 +101,46 @@ def greedy_search(
     initial_ids, cache, max_length, eos_id, max_lengths = _validate(
         "greedy_search", step_fn, initial_ids, initial_cache, max_length,
         eos_id, max_lengths)
-    batch_size = tf.shape(initial_ids)[0]
+    batch_size = _dim(initial_ids, 0)
     limits = _row_limits(max_lengths, batch_size, max_length)
-    positions = tf.range(max_length, dtype=tf.int32)
+    positions = ops.arange(max_length, dtype="int32")
 
     def cond(i, ids, cache, seq, scores, finished):
-        return tf.logical_and(
-            i < max_length, tf.logical_not(tf.reduce_all(finished))
+        return ops.logical_and(
+            i < max_length, ops.logical_not(ops.all(finished))
         )
 
     def body(i, ids, cache, seq, scores, finished):
         logits, new_cache = _call_step_fn(step_fn, ids, i, cache)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        token_log_probs = tf.gather(log_probs, tokens[:, None], batch_dims=1)
-        tokens = tf.where(finished, 0, tokens)
-        scores = scores + tf.where(finished, 0.0, token_log_probs[:, 0])
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        tokens = _argmax(log_probs)
+        token_log_probs = _batch_gather(log_probs, tokens[:, None])
+        tokens = ops.where(finished, 0, tokens)
+        scores = scores + ops.where(finished, 0.0, token_log_probs[:, 0])
         # One-hot write at column i: no position-dependent slice or shape.
-        seq = tf.where(positions[None, :] == i, tokens[:, None], seq)
+        seq = ops.where(
+            ops.equal(positions[None, :], i), tokens[:, None], seq)
         # Finished rows keep being fed their last token; outputs are ignored.
-        ids = tf.where(finished, ids, tokens)
-        finished = finished | tf.equal(tokens, eos_id) | (i + 1 >= limits)
+        ids = ops.where(finished, ids, tokens)
+        finished = finished | ops.equal(tokens, eos_id) | (i + 1 >= limits)
         return i + 1, ids, new_cache, seq, scores, finished
 
     loop_vars = (
-        tf.constant(0, tf.int32),
+        ops.convert_to_tensor(0, "int32"),
         initial_ids,
         cache,
-        tf.zeros([batch_size, max_length], tf.int32),
-        tf.zeros([batch_size], tf.float32),
-        tf.zeros([batch_size], tf.bool),
+        ops.zeros((batch_size, max_length), "int32"),
+        ops.zeros((batch_size,), "float32"),
+        ops.zeros((batch_size,), "bool"),
     )
-    _, _, _, seq, scores, _ = tf.while_loop(
+    _, _, _, seq, scores, _ = ops.while_loop(
         cond, _keep_shapes(body), loop_vars
     )
     return seq, scores
 
 
 class BeamState(NamedTuple):
-    """The loop state of `beam_search`, carried whole by `tf.while_loop`.
+    """The loop state of `beam_search`, carried whole by the while loop.
 
     Shapes: B batch, K beam size, L = `max_length`.
 
@@ -146,19 +157,19 @@ class BeamState(NamedTuple):
             `b * K + k` is beam k of batch row b).
     """
 
-    step: tf.Tensor
-    alive_ids: tf.Tensor
-    alive_seq: tf.Tensor
-    alive_log_probs: tf.Tensor
-    finished_seq: tf.Tensor
-    finished_scores: tf.Tensor
-    finished_flags: tf.Tensor
+    step: Any
+    alive_ids: Any
+    alive_seq: Any
+    alive_log_probs: Any
+    finished_seq: Any
+    finished_scores: Any
+    finished_flags: Any
     cache: Any
 
 
 def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
                 beam_size=4, alpha=0.6, max_lengths=None):
-    """Batched beam search in one `tf.while_loop`.
+    """Batched beam search in one `keras.ops.while_loop`.
 
     The algorithm of tensor2tensor / Model Garden `sequence_beam_search`:
     each row keeps K alive beams (no EOS yet) and the K best finished
@@ -182,7 +193,7 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
       being returned only when the row has no finished beam at all.
 
     The cache is tiled to B*K rows (row `b * K + k` is beam k of batch row
-    b) and reordered by the chosen parent beams with `tf.gather` each step.
+    b) and reordered by the chosen parent beams with a gather each step.
     The loop carries a `BeamState`; one step is `grow_topk`, then
     `grow_alive` and `grow_finished` on its 2K candidates.
 
@@ -212,13 +223,13 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
         eos_id, max_lengths)
     k = check_positive_int("beam_size", beam_size, "beam_search")
     alpha = check_non_negative_float("alpha", alpha, "beam_search")
-    batch_size = tf.shape(initial_ids)[0]
+    batch_size = _dim(initial_ids, 0)
     limits = _row_limits(max_lengths, batch_size, max_length)
-    positions = tf.range(max_length, dtype=tf.int32)
+    positions = ops.arange(max_length, dtype="int32")
     # The best score any alive beam of row b can still reach: log-probs only
     # decrease and the penalty only grows (alpha >= 0) up to len = limit.
     max_penalty = _length_penalty(limits, alpha)  # [B]
-    row_offsets = tf.range(batch_size)[:, None] * k  # [B, 1]
+    row_offsets = ops.arange(batch_size, dtype="int32")[:, None] * k  # [B, 1]
 
     def cond(state):
         return beam_search_continues(state, max_length, max_penalty)
@@ -227,10 +238,10 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
         i = state.step
         top_log_probs, top_beams, top_ids, top_seq, new_cache = grow_topk(
             step_fn, state, batch_size, k, positions)
-        ended = tf.equal(top_ids, eos_id) | (i + 1 >= limits)[:, None]
+        ended = ops.equal(top_ids, eos_id) | (i + 1 >= limits)[:, None]
         alive_log_probs, alive_ids, alive_seq, parents = grow_alive(
             top_log_probs, top_beams, top_ids, top_seq, ended, k)
-        flat_parents = tf.reshape(parents + row_offsets, [-1])
+        flat_parents = ops.reshape(parents + row_offsets, [-1])
         finished_seq, finished_scores, finished_flags = grow_finished(
             state, top_log_probs, top_seq, ended,
             _length_penalty(i + 1, alpha), k)
@@ -245,7 +256,7 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
             cache=_reorder_cache(state.cache, new_cache, flat_parents)),)
 
     state = beam_init(initial_ids, cache, k, max_length)
-    (state,) = tf.while_loop(cond, _keep_shapes(body), (state,))
+    (state,) = ops.while_loop(cond, _keep_shapes(body), (state,))
     return _best_beams(state, max_penalty)
 
 
@@ -264,20 +275,21 @@ def beam_init(initial_ids, cache, beam_size, max_length):
         score `_NEG_INF`).
     """
     k = beam_size
-    batch_size = tf.shape(initial_ids)[0]
+    batch_size = _dim(initial_ids, 0)
     # Only beam 0 is live at the start, so the K copies of the start token
     # do not yield K identical beams.
-    initial_log_probs = tf.tile(tf.constant(
-        [[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch_size, 1])
+    initial_log_probs = ops.broadcast_to(ops.convert_to_tensor(
+        [[0.0] + [_NEG_INF] * (k - 1)], "float32"), (batch_size, k))
     return BeamState(
-        step=tf.constant(0, tf.int32),
-        alive_ids=tf.repeat(initial_ids[:, None], k, axis=1),
-        alive_seq=tf.zeros([batch_size, k, max_length], tf.int32),
+        step=ops.convert_to_tensor(0, "int32"),
+        alive_ids=ops.repeat(initial_ids[:, None], k, axis=1),
+        alive_seq=ops.zeros((batch_size, k, max_length), "int32"),
         alive_log_probs=initial_log_probs,
-        cache=tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache),
-        finished_seq=tf.zeros([batch_size, k, max_length], tf.int32),
-        finished_scores=tf.fill([batch_size, k], _NEG_INF),
-        finished_flags=tf.zeros([batch_size, k], tf.bool),
+        cache=keras.tree.map_structure(
+            lambda t: ops.repeat(t, k, axis=0), cache),
+        finished_seq=ops.zeros((batch_size, k, max_length), "int32"),
+        finished_scores=ops.full((batch_size, k), _NEG_INF, "float32"),
+        finished_flags=ops.zeros((batch_size, k), "bool"),
     )
 
 
@@ -292,8 +304,8 @@ def gather_beams(nested, beam_indices):
     Returns:
         The structure of `nested`, with tensors [B, K, ...].
     """
-    return tf.nest.map_structure(
-        lambda t: tf.gather(t, beam_indices, batch_dims=1), nested)
+    return keras.tree.map_structure(
+        lambda t: _batch_gather(t, beam_indices), nested)
 
 
 def gather_topk_beams(scores, nested, k):
@@ -309,7 +321,7 @@ def gather_topk_beams(scores, nested, k):
         Tuple `(top_scores, gathered)`, top_scores [B, k] best first and
         `nested` gathered by them (tensors [B, k, ...]).
     """
-    top_scores, indices = tf.math.top_k(scores, k)
+    top_scores, indices = ops.top_k(scores, k)
     return top_scores, gather_beams(nested, indices)
 
 
@@ -323,7 +335,7 @@ def grow_topk(step_fn, state, batch_size, k, positions):
         state: BeamState. The loop state.
         batch_size: int or scalar int32 tensor B.
         k: int. The beam size K.
-        positions: int32 tensor [L], `tf.range(L)`.
+        positions: int32 tensor [L], `ops.arange(L)`.
 
     Returns:
         Tuple `(top_log_probs [B, 2K], top_beams [B, 2K] (parent beam),
@@ -332,22 +344,22 @@ def grow_topk(step_fn, state, batch_size, k, positions):
     """
     i = state.step
     logits, new_cache = _call_step_fn(
-        step_fn, tf.reshape(state.alive_ids, [-1]), i, state.cache)
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        step_fn, ops.reshape(state.alive_ids, [-1]), i, state.cache)
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
     vocab_size = _dim(log_probs, 1)
     # `log_probs` = [B, K, V]; candidates = [B, K * V].
-    log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])
-    candidates = tf.reshape(
+    log_probs = ops.reshape(log_probs, [batch_size, k, vocab_size])
+    candidates = ops.reshape(
         state.alive_log_probs[:, :, None] + log_probs, [batch_size, -1])
     num_candidates = 2 * k
     if isinstance(vocab_size, int):
         num_candidates = min(num_candidates, k * vocab_size)
-    top_log_probs, top_indices = tf.math.top_k(candidates, num_candidates)
+    top_log_probs, top_indices = ops.top_k(candidates, num_candidates)
     top_beams = top_indices // vocab_size
     top_ids = top_indices % vocab_size
     top_seq = gather_beams(state.alive_seq, top_beams)
-    top_seq = tf.where(
-        positions[None, None, :] == i, top_ids[:, :, None], top_seq)
+    top_seq = ops.where(
+        ops.equal(positions[None, None, :], i), top_ids[:, :, None], top_seq)
     return top_log_probs, top_beams, top_ids, top_seq, new_cache
 
 
@@ -369,7 +381,7 @@ def grow_alive(top_log_probs, top_beams, top_ids, top_seq, ended, k):
         [B, K, L], parents [B, K])`.
     """
     alive_log_probs, (alive_ids, alive_seq, parents) = gather_topk_beams(
-        tf.where(ended, _NEG_INF, top_log_probs),
+        ops.where(ended, _NEG_INF, top_log_probs),
         (top_ids, top_seq, top_beams), k)
     return alive_log_probs, alive_ids, alive_seq, parents
 
@@ -392,13 +404,14 @@ def grow_finished(state, top_log_probs, top_seq, ended, penalty, k):
         Tuple `(finished_seq [B, K, L], finished_scores [B, K],
         finished_flags [B, K])`.
     """
-    in_top_k = tf.range(_dim(top_log_probs, 1))[None, :] < k
+    in_top_k = ops.arange(_dim(top_log_probs, 1), dtype="int32")[None, :] < k
     new_flags = (top_log_probs > _DEAD_THRESHOLD) & in_top_k & ended
-    new_scores = tf.where(new_flags, top_log_probs / penalty, _NEG_INF)
+    new_scores = ops.where(new_flags, top_log_probs / penalty, _NEG_INF)
     # Old ones first, so ties keep the earlier, shorter beam.
-    merged_scores = tf.concat([state.finished_scores, new_scores], axis=1)
-    merged_flags = tf.concat([state.finished_flags, new_flags], axis=1)
-    merged_seq = tf.concat([state.finished_seq, top_seq], axis=1)
+    merged_scores = ops.concatenate(
+        [state.finished_scores, new_scores], axis=1)
+    merged_flags = ops.concatenate([state.finished_flags, new_flags], axis=1)
+    merged_seq = ops.concatenate([state.finished_seq, top_seq], axis=1)
     scores, (flags, seq) = gather_topk_beams(
         merged_scores, (merged_flags, merged_seq), k)
     return seq, scores, flags
@@ -418,30 +431,30 @@ def beam_search_continues(state, max_length, max_penalty):
         Scalar bool tensor.
     """
     best_alive = state.alive_log_probs[:, 0] / max_penalty  # [B]
-    worst_finished = tf.reduce_min(tf.where(
+    worst_finished = ops.min(ops.where(
         state.finished_flags, state.finished_scores, -_NEG_INF), axis=1)
-    row_done = tf.reduce_any(state.finished_flags, axis=1) & (
+    row_done = ops.any(state.finished_flags, axis=1) & (
         worst_finished > best_alive)
-    return tf.logical_and(
-        state.step < max_length, tf.logical_not(tf.reduce_all(row_done)))
+    return ops.logical_and(
+        state.step < max_length, ops.logical_not(ops.all(row_done)))
 
 
 def _best_beams(state, max_penalty):
     """The search's output from the final state: `(ids [B, L], scores [B])`,
     each row's best finished beam, else its best alive beam."""
-    has_finished = tf.reduce_any(state.finished_flags, axis=1)
+    has_finished = ops.any(state.finished_flags, axis=1)
     # Every row normally ends with a finished beam (EOS or limit); the
     # fallback covers a model whose every candidate was masked.
-    ids = tf.where(
+    ids = ops.where(
         has_finished[:, None], state.finished_seq[:, 0], state.alive_seq[:, 0])
-    scores = tf.where(has_finished, state.finished_scores[:, 0],
+    scores = ops.where(has_finished, state.finished_scores[:, 0],
                       state.alive_log_probs[:, 0] / max_penalty)
     return ids, scores
 
 
 def _length_penalty(length, alpha):
     """The GNMT length penalty `((5 + length) / 6) ** alpha`, float32."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
 def _reorder_cache(cache, new_cache, flat_parents):
@@ -451,6 +464,6 @@ def _reorder_cache(cache, new_cache, flat_parents):
     start cache tiled over the beams, identical for all K beams of a row, so
     gathering them by parent (always a beam of the same row) would copy
     equal values onto themselves at every step."""
-    return tf.nest.map_structure(
-        lambda old, new: new if new is old else tf.gather(new, flat_parents),
+    return keras.tree.map_structure(
+        lambda old, new: new if new is old else _take_rows(new, flat_parents),
         cache, new_cache)

@@ -1,14 +1,29 @@
-"""The `tf.while_loop` plumbing of the searches of `tfattn.decoding`
-(private): the checks of their common arguments and of what `step_fn`
-returns, the per-row length limits, and the loop variables' static shapes.
+"""The loop plumbing of the searches of `tfattn.decoding` (private): the
+checks of their common arguments and of what `step_fn` returns, the per-row
+length limits, the gathers and the loop variables' static shapes.
+
+Everything runs on `keras.ops`, so the searches run on every Keras backend.
+Three helpers take a TensorFlow branch, importing TensorFlow lazily (it need
+not be installed under another backend): `_argmax` and the gathers keep the
+single TensorFlow op the searches were written with, because the `keras.ops`
+equivalents add per-step work there (a negative-zero fix before `argmax`, a
+negative-index fix before `take`, broadcast index tensors in
+`take_along_axis`), and `_keep_shapes` pins static shapes, which
+`tf.while_loop` needs and which other backends always have.
 """
 
 import numbers
 
-import tensorflow as tf
+import keras
+import numpy as np
+from keras import ops
 
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
+
+
+def _on_tensorflow():
+    return keras.config.backend() == "tensorflow"
 
 
 def _validate(
@@ -25,67 +40,128 @@ def _validate(
     initial_ids = _int_vector("initial_ids", initial_ids, context)
     if lengths is not None:
         lengths = _int_vector("max_lengths", lengths, context)
-        if not initial_ids.shape.is_compatible_with(lengths.shape):
+        if not _compatible(_shape(initial_ids), _shape(lengths)):
             raise invalid_argument(
                 "max_lengths",
-                f"one limit per row, shape {tuple(initial_ids.shape)}",
-                f"<tensor of shape {tuple(lengths.shape)}>",
+                f"one limit per row, shape {_shape(initial_ids)}",
+                f"<tensor of shape {_shape(lengths)}>",
                 context,
             )
     if initial_cache is None:
         initial_cache = {}
-    cache = tf.nest.map_structure(tf.convert_to_tensor, initial_cache)
-    batch = initial_ids.shape[0]
-    for t in tf.nest.flatten(cache):
-        if t.shape.rank is None or t.shape.rank < 1 or (
-            batch is not None
-            and t.shape[0] is not None
-            and t.shape[0] != batch
-        ):
+    cache = keras.tree.map_structure(ops.convert_to_tensor, initial_cache)
+    batch = _shape(initial_ids)[0]
+    for t in keras.tree.flatten(cache):
+        shape = _shape(t)
+        if not shape or not _compatible(shape[:1], (batch,)):
             raise invalid_argument(
                 "initial_cache",
                 f"tensors whose leading axis is the batch axis ({batch})",
-                f"<tensor of shape {t.shape}>",
+                f"<tensor of shape {shape}>",
                 context,
             )
     return initial_ids, cache, int(max_length), int(eos_id), lengths
 
 
+def _shape(t):
+    """The static shape of `t` as a tuple (None for unknown dims), or None
+    when even the rank is unknown (a TensorFlow graph tensor)."""
+    try:
+        return tuple(t.shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _compatible(a, b):
+    """Whether two static shapes can describe the same tensor."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(
+        x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def _dtype_name(t):
+    try:
+        return keras.backend.standardize_dtype(t.dtype)
+    except (TypeError, ValueError):  # Strings: not a Keras dtype everywhere.
+        return str(t.dtype)
+
+
 def _int_vector(name, x, context):
     """Converts `x` to an int32 tensor [B], raising if it is not one."""
     try:
-        t = tf.convert_to_tensor(x)
+        if not hasattr(x, "dtype"):
+            # NumPy first: string lists are refused by dtype below, not by
+            # a backend-specific conversion error.
+            x = np.asarray(x)
+        dtype = _dtype_name(x)
+        if "int" in dtype:
+            x = ops.convert_to_tensor(x)
     except (TypeError, ValueError):
         raise invalid_argument(name, "a rank-1 integer tensor", x, context)
-    if t.shape.rank != 1 or not t.dtype.is_integer:
+    shape = _shape(x)
+    if shape is None or len(shape) != 1 or "int" not in dtype:
         raise invalid_argument(
             name,
             "a rank-1 integer tensor of shape (B,)",
-            f"<tensor of shape {t.shape} and dtype {t.dtype.name}>",
+            f"<tensor of shape {shape} and dtype {dtype}>",
             context,
         )
-    return tf.cast(t, tf.int32)
+    return ops.cast(x, "int32")
 
 
 def _row_limits(max_lengths, batch_size, max_length):
     """Per-row length limits, int32 [B], clipped to [1, max_length]."""
     if max_lengths is None:
-        return tf.fill([batch_size], max_length)
-    return tf.clip_by_value(max_lengths, 1, max_length)
+        return ops.full((batch_size,), max_length, "int32")
+    return ops.clip(max_lengths, 1, max_length)
 
 
 def _dim(x, axis):
     """Static size of `x` along `axis` if known, else a scalar tensor."""
-    size = x.shape[axis]
-    return size if size is not None else tf.shape(x)[axis]
+    return ops.shape(x)[axis]
+
+
+def _argmax(x):
+    """int32 argmax over the last axis; ties go to the lowest index."""
+    if _on_tensorflow():
+        import tensorflow as tf
+
+        return tf.argmax(x, axis=-1, output_type=tf.int32)
+    return ops.cast(ops.argmax(x, axis=-1), "int32")
+
+
+def _take_rows(x, indices):
+    """`x[indices]` along axis 0 (indices in range)."""
+    if _on_tensorflow():
+        import tensorflow as tf
+
+        return tf.gather(x, indices)
+    return ops.take(x, indices, axis=0)
+
+
+def _batch_gather(x, indices):
+    """x [B, N, ...] gathered along axis 1 by indices int32 [B, M]:
+    [B, M, ...] (indices in range)."""
+    if _on_tensorflow():
+        import tensorflow as tf
+
+        return tf.gather(x, indices, batch_dims=1)
+    trailing = len(x.shape) - 2
+    indices = ops.reshape(indices, tuple(indices.shape) + (1,) * trailing)
+    return ops.take_along_axis(x, indices, axis=1)
 
 
 def _keep_shapes(body):
     """Wraps a loop body so every output keeps its input's static shape.
 
-    Ops such as `tf.reshape(x, [batch_size, -1])` with a dynamic batch size
-    lose static dims that `tf.while_loop` requires to stay fixed.
+    Under TensorFlow, ops such as `reshape(x, [batch_size, -1])` with a
+    dynamic batch size lose static dims that `tf.while_loop` requires to
+    stay fixed. Other backends trace with every shape static.
     """
+    if not _on_tensorflow():
+        return body
+    import tensorflow as tf
 
     def wrapped(*loop_vars):
         outputs = body(*loop_vars)
@@ -107,35 +183,41 @@ def _call_step_fn(step_fn, ids, position, cache):
             f"Received: {outputs!r}"
         )
     logits, new_cache = outputs
-    logits = tf.convert_to_tensor(logits)
-    if logits.shape.rank != 2 or not logits.dtype.is_floating:
+    logits = ops.convert_to_tensor(logits)
+    shape = _shape(logits)
+    if shape is None or len(shape) != 2 or "float" not in _dtype_name(logits):
         raise ValueError(
             "`step_fn` must return float logits of shape [rows, V]. "
-            f"Received: logits with shape {logits.shape} and dtype "
-            f"{logits.dtype.name}"
+            f"Received: logits with shape {shape} and dtype "
+            f"{_dtype_name(logits)}"
         )
     try:
-        tf.nest.assert_same_structure(cache, new_cache)
+        keras.tree.assert_same_structure(cache, new_cache)
     except (TypeError, ValueError) as e:
         raise ValueError(
             "`step_fn` must return a cache with the structure of the cache "
             f"it received. {e}"
         ) from None
+    new_cache = keras.tree.map_structure(_same_shape, cache, new_cache)
+    return logits, new_cache
 
-    def keep_shape(old, new):
-        if new is old:
-            return old  # Passed through: see `_reorder_cache`.
-        new = tf.convert_to_tensor(new)
-        if new.dtype != old.dtype or not new.shape.is_compatible_with(
-            old.shape
-        ):
-            raise ValueError(
-                "`step_fn` must return cache tensors with the dtype and "
-                f"shape they had. Received: {new.dtype.name}{new.shape} for "
-                f"a cache tensor of {old.dtype.name}{old.shape}"
-            )
+
+def _same_shape(old, new):
+    """`new` checked against the cache tensor `old` it replaces."""
+    if new is old:
+        return old  # Passed through: see `_reorder_cache`.
+    new = ops.convert_to_tensor(new)
+    if _dtype_name(new) != _dtype_name(old) or not _compatible(
+        _shape(new), _shape(old)
+    ):
+        raise ValueError(
+            "`step_fn` must return cache tensors with the dtype and "
+            f"shape they had. Received: {_dtype_name(new)}{_shape(new)} for "
+            f"a cache tensor of {_dtype_name(old)}{_shape(old)}"
+        )
+    if _on_tensorflow():
+        import tensorflow as tf
+
         # Loop variables must keep their static shape across iterations.
         return tf.ensure_shape(new, old.shape)
-
-    new_cache = tf.nest.map_structure(keep_shape, cache, new_cache)
-    return logits, new_cache
+    return new

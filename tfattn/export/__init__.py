@@ -7,19 +7,23 @@
   model directory, for OpenNMT's C++ engine (float32, int8, int16).
 """
 
-from tfattn.export.ctranslate2 import CTranslate2Translator
-from tfattn.export.ctranslate2 import NotExportable
-from tfattn.export.contract import Translations
-from tfattn.export.ctranslate2 import load_ctranslate2
-from tfattn.export.ctranslate2 import to_ctranslate2
-from tfattn.export.saved_model import ATTENTION_SIGNATURE_KEY
-from tfattn.export.saved_model import KERAS_FILENAME
-from tfattn.export.saved_model import SIGNATURE_KEY
-from tfattn.export.saved_model import VOCAB_FILENAME
-from tfattn.export.saved_model import Translator
-from tfattn.export.saved_model import export_translator
-from tfattn.export.saved_model import SavedModelTranslator
-from tfattn.export.saved_model import load_translator
+from tfattn.utils.backend import require_tensorflow_backend
+
+require_tensorflow_backend("tfattn.export")
+
+from tfattn.export.ctranslate2 import CTranslate2Translator  # noqa: E402
+from tfattn.export.ctranslate2 import NotExportable  # noqa: E402
+from tfattn.export.contract import Translations  # noqa: E402
+from tfattn.export.ctranslate2 import load_ctranslate2  # noqa: E402
+from tfattn.export.ctranslate2 import to_ctranslate2  # noqa: E402
+from tfattn.export.saved_model import ATTENTION_SIGNATURE_KEY  # noqa: E402
+from tfattn.export.saved_model import KERAS_FILENAME  # noqa: E402
+from tfattn.export.saved_model import SIGNATURE_KEY  # noqa: E402
+from tfattn.export.saved_model import VOCAB_FILENAME  # noqa: E402
+from tfattn.export.saved_model import Translator  # noqa: E402
+from tfattn.export.saved_model import export_translator  # noqa: E402
+from tfattn.export.saved_model import SavedModelTranslator  # noqa: E402
+from tfattn.export.saved_model import load_translator  # noqa: E402
 
 __all__ = [
     "ATTENTION_SIGNATURE_KEY",

@@ -38,8 +38,6 @@ import keras
 import numpy as np
 
 from tfattn.layers.multi_head_attention import MultiHeadAttention
-from tfattn.interop.reference_checkpoint import from_reference_checkpoint
-from tfattn.interop.reference_checkpoint import load_reference_checkpoint
 from tfattn.utils.validation import invalid_argument
 
 __all__ = ["from_keras", "to_keras", "from_keras_hub", "to_keras_hub",
@@ -341,3 +339,13 @@ def to_keras_hub(block):
     for target, mine in others:
         target.set_weights(mine.get_weights())
     return theirs
+
+
+def __getattr__(name):
+    # The TF1 checkpoint import reads checkpoints with TensorFlow: loaded on
+    # first use so that `tfattn.interop` imports under every backend.
+    if name in ("from_reference_checkpoint", "load_reference_checkpoint"):
+        from tfattn.interop import reference_checkpoint
+
+        return getattr(reference_checkpoint, name)
+    raise AttributeError(f"module 'tfattn.interop' has no attribute {name!r}")

@@ -37,6 +37,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn.utils import validation
+from tfattn.utils.backend import require_tensorflow_backend
+
+require_tensorflow_backend("tfattn.interop's reference-checkpoint import")
 
 __all__ = [
     "from_reference_checkpoint",

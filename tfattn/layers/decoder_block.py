@@ -2,10 +2,10 @@
 feed-forward."""
 
 import keras
-import tensorflow as tf
 
 from tfattn.utils import validation
 from tfattn.layers.block_base import BlockBase
+from tfattn.ops import _backend
 from tfattn.ops import masking
 
 __all__ = ["DecoderBlock"]
@@ -197,13 +197,14 @@ class DecoderBlock(BlockBase):
         The write itself cannot fail: out-of-range slice updates are clamped
         (they would silently overwrite the last slots). Checked whenever the
         position is known while tracing (eager calls, Python ints); inside a
-        compiled decoding loop the caller sizes the cache.
+        compiled decoding loop (a `tf.function`, `jax.jit`) the caller sizes
+        the cache.
         """
         self_cache = cache.get("self") if isinstance(cache, dict) else None
         key = None if self_cache is None else self_cache.get("key")
         length = None if key is None else validation.shape_of(key)[2]
         steps = validation.shape_of(x)[1]
-        index = tf.get_static_value(cache_index)
+        index = _backend.static_value(cache_index)
         if None in (length, steps, index):
             return
         if int(index) < 0 or int(index) + steps > length:

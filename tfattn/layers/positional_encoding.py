@@ -5,9 +5,9 @@ import numbers
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
+from tfattn.ops import _backend
 from tfattn.utils import validation
 
 __all__ = ["KINDS", "PADDING_MODES", "PositionalEncoding",
@@ -97,9 +97,13 @@ class PositionalEncoding(keras.layers.Layer):
     int tensor; the rows are gathered at `start_index + range(T)`, with a
     static shape when T is static, so one XLA compilation serves every
     `start_index`. Too-long inputs raise a `ValueError` when T and
-    `start_index` are known while tracing, and fail a `tf.debugging`
-    assertion otherwise. XLA drops assertions: under `jit_compile` an
-    out-of-range position is not reported and its encoding is undefined.
+    `start_index` are known while tracing (eagerly, on every backend). On
+    TensorFlow they fail a `tf.debugging` assertion otherwise; XLA drops
+    assertions: under `jit_compile` an out-of-range position is not
+    reported and its encoding is undefined. The other backends have no
+    in-graph assertion: a `start_index` known only inside a compiled
+    function (a JAX tracer) is not checked, and its positions are clipped
+    to [0, max_length - 1] (an out-of-range position reads the last row).
 
     Args:
         kind: one of `"sinusoid"`, `"sinusoid_2017"`, `"learned"`. Defaults
@@ -164,10 +168,7 @@ class PositionalEncoding(keras.layers.Layer):
         else:
             make = (sinusoid_table if self.kind == "sinusoid"
                     else sinusoid_2017_table)
-            # An eager constant (init_scope lifts it out of any graph being
-            # traced), captured by the graphs that use it; not a weight.
-            with tf.init_scope():
-                self._table = tf.constant(make(self.max_length, num_units))
+            self._table = _constant(make(self.max_length, num_units))
         self.built = True
 
     def table(self):
@@ -190,17 +191,8 @@ class PositionalEncoding(keras.layers.Layer):
                 f"<tensor of shape {shape}>",
                 _CONTEXT,
             )
-        length = shape[1] if shape[1] is not None else tf.shape(x)[1]
         start = self._check_start_index(start_index)
-        checks = self._check_length(shape, length, start)
-
-        table = self._table if self.kind != "learned" else self.embeddings
-        # A gather, not a slice: XLA treats a slice's start as a compile-time
-        # constant (one compilation per decoding step), a gather's indices not.
-        with tf.control_dependencies(checks):  # the checks run first
-            positions = start + tf.range(length, dtype="int32")  # [T]
-        pe = tf.gather(tf.convert_to_tensor(table), positions)  # [T, C]
-        pe = ops.cast(pe, x.dtype)[None]  # [1, T, C]
+        pe = ops.cast(self._rows(x, shape, start), x.dtype)[None]  # [1, T, C]
 
         if self.padding_mode == "reference_2019":
             return x + ops.where(ops.equal(x, 0), ops.zeros((), x.dtype), pe)
@@ -209,6 +201,25 @@ class PositionalEncoding(keras.layers.Layer):
             keep = ops.sign(ops.sum(ops.abs(x), axis=-1, keepdims=True))
             return (x + pe) * keep
         return x + pe
+
+    def _rows(self, x, shape, start):
+        """The table's rows [T, C] at positions start + range(T)."""
+        table = self._table if self.kind != "learned" else self.embeddings
+        # A gather, not a slice: XLA treats a slice's start as a compile-time
+        # constant (one compilation per decoding step), a gather's indices not.
+        if not _backend.is_tensorflow():
+            length = ops.shape(x)[1]
+            self._check_length(shape, length, start)
+            positions = start + ops.arange(length, dtype="int32")  # [T]
+            if not isinstance(start, int):  # a tracer went unchecked
+                positions = ops.clip(positions, 0, self.max_length - 1)
+            return ops.take(table, positions, axis=0)
+        tf = _backend.tensorflow()
+        length = shape[1] if shape[1] is not None else tf.shape(x)[1]
+        checks = self._check_length(shape, length, start)
+        with tf.control_dependencies(checks):  # the checks run first
+            positions = start + tf.range(length, dtype="int32")  # [T]
+        return tf.gather(tf.convert_to_tensor(table), positions)  # [T, C]
 
     def _check_start_index(self, start_index):
         """Returns a Python int, or a scalar int32 tensor."""
@@ -227,28 +238,33 @@ class PositionalEncoding(keras.layers.Layer):
                 start_index,
                 _CONTEXT,
             )
-        tensor = tf.convert_to_tensor(start_index)
+        tensor = ops.convert_to_tensor(start_index)
         dtype = keras.backend.standardize_dtype(tensor.dtype)
-        if "int" not in dtype or tensor.shape.rank != 0:
+        if "int" not in dtype or len(tensor.shape) != 0:
             raise validation.invalid_argument(
                 "start_index",
                 "an integer >= 0 or a scalar integer tensor",
                 f"<tensor of dtype {dtype} and shape {tuple(tensor.shape)}>",
                 _CONTEXT,
             )
-        return tf.cast(tensor, "int32")
+        return ops.cast(tensor, "int32")
 
     def _check_length(self, shape, length, start):
-        """Raises for static overflows; returns the runtime assertions."""
-        static_start = 0 if tf.is_tensor(start) else start
+        """Raises for static overflows; returns TensorFlow's runtime
+        assertions (none on the other backends)."""
+        dynamic = not isinstance(start, int)
+        static_start = 0 if dynamic else start
         if isinstance(length, int) and length + static_start > self.max_length:
             raise ValueError(
-                self._too_long_message(length, static_start,
-                                       tf.is_tensor(start))
+                self._too_long_message(length, static_start, dynamic)
                 + f" Received: x=<tensor of shape {shape}>"
             )
-        if isinstance(length, int) and not tf.is_tensor(start):
+        if isinstance(length, int) and not dynamic:
             return []
+        if not _backend.is_tensorflow():
+            self._check_known_start(shape, length, start)
+            return []
+        tf = _backend.tensorflow()
         needed = tf.cast(length, "int32") + start
         non_negative = tf.debugging.assert_non_negative(
             start,
@@ -268,6 +284,22 @@ class PositionalEncoding(keras.layers.Layer):
             ],
         )
         return [op for op in (non_negative, fits) if op is not None]
+
+    def _check_known_start(self, shape, length, start):
+        """Raises as for a Python int when the tensor `start` has a value
+        known while tracing (eager JAX or PyTorch); a tracer passes."""
+        value = _backend.static_value(start)
+        if value is None:
+            return
+        value = int(value)
+        if value < 0:
+            raise validation.invalid_argument(
+                "start_index", "an integer >= 0", value, _CONTEXT)
+        if length + value > self.max_length:
+            raise ValueError(
+                self._too_long_message(length, value, False)
+                + f" Received: x=<tensor of shape {shape}>"
+            )
 
     def _too_long_message(self, length, start, dynamic_start):
         if length is None:
@@ -307,3 +339,18 @@ class PositionalEncoding(keras.layers.Layer):
             padding_mode=self.padding_mode,
         )
         return config
+
+
+def _constant(table):
+    """The NumPy `table` as a constant of the backend (not a weight).
+
+    On TensorFlow an eager tensor: `init_scope` lifts it out of any graph
+    being traced, and the graphs that use it capture it. Elsewhere the
+    NumPy array itself: Keras may build the layer inside a `jax.jit` trace
+    (the first `fit` step), and a tensor made there would leak the tracer.
+    """
+    if not _backend.is_tensorflow():
+        return np.asarray(table, np.float32)
+    tf = _backend.tensorflow()
+    with tf.init_scope():
+        return tf.constant(table)

@@ -1,8 +1,6 @@
 """`Transformer`: the sequence-to-sequence model, with cached decoding."""
 
 import keras
-import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from tfattn import decoding
@@ -13,6 +11,7 @@ from tfattn.layers.encoder import Encoder
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
+from tfattn.models import _ids
 from tfattn.models.layout import checked_layout
 from tfattn.ops import masking
 
@@ -74,6 +73,15 @@ class Transformer(keras.Model):
 
     Returns:
         logits [B, T, V], float32.
+
+    Token ids are range-checked (0 <= id < the vocabulary) where they enter:
+    a ValueError naming the argument and the id where they hold values
+    (eager TensorFlow, concrete JAX or torch arrays, NumPy), in-graph
+    assertions with the same message in a TensorFlow graph (`tf.function`,
+    XLA, serving). Under JAX tracing (`jax.jit`, `fit`'s compiled step) the
+    values are unknown and JAX has no assertion that stops a compiled
+    program, so traced ids are not checked: an id out of range would be
+    clamped or filled by the gather, giving wrong logits without an error.
     """
 
     def __init__(
@@ -176,13 +184,13 @@ class Transformer(keras.Model):
         # model from the shapes: a bad first call would otherwise fail in
         # an inner layer, naming its argument, and leave the model half
         # built. Dtype first, then rank (`_check_ids`).
-        source, target_in = _pair(inputs, "inputs")
+        source, target_in = _ids.pair(inputs, "inputs")
         self._check_ids("source", source, values=False)
         self._check_ids("target_in", target_in, values=False)
         return super().__call__(inputs, *args, **kwargs)
 
     def build(self, inputs_shape):
-        source_shape, target_shape = _pair(inputs_shape, "inputs_shape")
+        source_shape, target_shape = _ids.pair(inputs_shape, "inputs_shape")
         width = self.num_units
         self.source_embedding.build(source_shape)
         if self.target_embedding is not self.source_embedding:
@@ -208,11 +216,11 @@ class Transformer(keras.Model):
         self-attention [B, H, T, T] and the encoder-decoder attention
         [B, H, T, S]. They are the weights of this same forward pass.
         """
-        source, target_in = _pair(inputs, "inputs")
+        source, target_in = _ids.pair(inputs, "inputs")
         # Shapes only: `encode` and `decode` check the values, once.
         source = self._check_ids("source", source, values=False)
         target_in = self._check_ids("target_in", target_in, values=False)
-        _check_same_batch(source, target_in)
+        _ids.check_same_batch(source, target_in)
         encoded = self.encode(source, training=training,
                               return_attention_scores=return_attention_scores)
         decoded = self.decode(target_in, encoded[0], encoded[1],
@@ -339,8 +347,11 @@ class Transformer(keras.Model):
         """Translates source ids: beam search (or greedy with `beam_size=1`).
 
         The encoder runs once; the decoder runs one cached step per position,
-        all inside one `tf.while_loop` (`tfattn.decoding`), so the whole call
-        compiles once under `tf.function(jit_compile=True)`.
+        all inside one `keras.ops.while_loop` (`tfattn.decoding`), so the
+        whole call compiles once: under `tf.function(jit_compile=True)` on
+        TensorFlow, under `jax.jit` on JAX (build the model first, e.g. by
+        calling it once; ids are not range-checked while traced, see the
+        class docstring).
 
         Args:
             source: int [B, S].
@@ -353,7 +364,7 @@ class Transformer(keras.Model):
 
         Returns:
             (ids [B, max_length] int32 without BOS, EOS included, 0 after;
-            scores [B] float32).
+            scores [B] float32), tensors of the running backend.
         """
         validation.check_positive_int("beam_size", beam_size, _CONTEXT)
         validation.check_non_negative_float("alpha", alpha, _CONTEXT)
@@ -388,57 +399,15 @@ class Transformer(keras.Model):
     # Checks and config.
 
     def _check_ids(self, name, ids, values=True):
-        """Checks token ids at the model's door: int, [B, T], within the
-        positional table and (with `values`) 0 <= id < the vocabulary.
-        Eagerly a ValueError naming the argument and the offending id; in a
-        graph (tf.function, XLA, serving) in-graph assertions with the same
-        message, so an id out of range never reaches a gather. Returns `ids`
-        (in a graph, one that depends on the assertions)."""
-        if not hasattr(ids, "dtype"):
-            ids = ops.convert_to_tensor(ids)
-        shape = validation.shape_of(ids)
-        try:
-            dtype = keras.backend.standardize_dtype(ids.dtype)
-        except ValueError:  # NumPy strings: not a Keras dtype at all.
-            dtype = str(ids.dtype)
-        if "int" not in dtype:
-            raise validation.invalid_argument(
-                name, "int token ids of shape [B, T]",
-                f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT,
-            )
-        if len(shape) != 2:
-            raise validation.invalid_argument(
-                name, "int token ids of shape [B, T] (rank 2)",
-                f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT,
-            )
-        if shape[1] is not None and shape[1] > self.max_length:
-            raise validation.invalid_argument(
-                name,
-                f"at most the positional table's max_length={self.max_length} "
-                "positions (build the model with a larger max_length)",
-                f"<tensor of shape {shape}>", _CONTEXT,
-            )
-        if not values:
-            return ids
+        """Checks token ids at the model's door (`_ids.check_ids`): int,
+        [B, T], within the positional table and (with `values`) 0 <= id <
+        the vocabulary; eagerly a ValueError naming the argument and the id,
+        in a TensorFlow graph in-graph assertions, under JAX tracing
+        unchecked. Returns `ids` (in a TensorFlow graph, one that depends on
+        the assertions)."""
         vocab = (self.source_vocab_size if name == "source"
                  else self.target_vocab_size or self.source_vocab_size)
-        expected = f"token ids in [0, {vocab}) (the vocabulary)"
-        if tf.executing_eagerly() and not isinstance(ids, keras.KerasTensor):
-            values = np.asarray(ids)
-            bad = values[(values < 0) | (values >= vocab)]
-            if bad.size:
-                raise validation.invalid_argument(
-                    name, expected, f"<ids holding {int(bad[0])}>", _CONTEXT)
-            return ids
-        if isinstance(ids, keras.KerasTensor):
-            return ids
-        message = (f"{_CONTEXT}: Received an invalid value for argument "
-                   f"`{name}`, expected {expected}.")
-        checks = [tf.debugging.assert_non_negative(ids, message=message),
-                  tf.debugging.assert_less(ids, tf.cast(vocab, ids.dtype),
-                                           message=message)]
-        with tf.control_dependencies(checks):
-            return tf.identity(ids)
+        return _ids.check_ids(name, ids, vocab, self.max_length, values)
 
     def _check_decode_length(self, max_length):
         if max_length > self.max_length:
@@ -474,27 +443,3 @@ class Transformer(keras.Model):
         )
         return with_sublayer_policies(self, config)
 
-
-def _pair(inputs, name):
-    if isinstance(inputs, dict):
-        if set(inputs) != {"source", "target_in"}:
-            raise validation.invalid_argument(
-                name, "a dict with keys 'source' and 'target_in'",
-                sorted(inputs), _CONTEXT,
-            )
-        return inputs["source"], inputs["target_in"]
-    if isinstance(inputs, (list, tuple)) and len(inputs) == 2:
-        return inputs[0], inputs[1]
-    raise validation.invalid_argument(
-        name, "(source, target_in) or {'source': ..., 'target_in': ...}",
-        type(inputs).__name__, _CONTEXT,
-    )
-
-
-def _check_same_batch(source, target_in):
-    b_s, b_t = validation.shape_of(source)[0], validation.shape_of(target_in)[0]
-    if None not in (b_s, b_t) and b_s != b_t:
-        raise validation.invalid_argument(
-            "target_in", f"the same batch size as `source` ({b_s})",
-            f"<tensor of shape {validation.shape_of(target_in)}>", _CONTEXT,
-        )

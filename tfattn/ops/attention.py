@@ -14,7 +14,7 @@ it computes scores explicitly (its fused default path gives uniform ones)
 (`fully_masked`), never NaN, and float32 keeps the reference's exact numbers.
 """
 
-import tensorflow as tf
+import keras
 from keras import ops
 
 from tfattn.ops.masking import REFERENCE_MASK_VALUE
@@ -61,7 +61,8 @@ def scaled_dot_product_attention(
         mask_value: float. Defaults to the reference's -2**32+1.
         query_chunk_size: None, an int, or "auto". Process the queries in
             chunks of this many positions, each chunk's scores recomputed in
-            the backward pass instead of stored (`tf.recompute_grad`), so
+            the backward pass instead of stored (`keras.remat`:
+            `tf.recompute_grad`, `jax.checkpoint`, PyTorch's checkpoint), so
             peak memory holds one chunk's [B, H, chunk, T_k] scores instead of
             all [B, H, T_q, T_k]. The numbers are the same. "auto" chunks by
             512 when T_q·T_k >= 2048². Ignored with `dropout` (recomputation
@@ -174,7 +175,7 @@ def _chunked_attention(
             return out
 
         q = query[:, :, start:stop]
-        outputs.append(tf.recompute_grad(attend)(q, key, value))
+        outputs.append(keras.remat(attend)(q, key, value))
         if return_weights:
             _, w = scaled_dot_product_attention(
                 q, key, value, mask=chunk_mask, bias=chunk_bias,

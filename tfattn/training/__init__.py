@@ -41,39 +41,43 @@ Bad input (unknown strategy, malformed TF_CONFIG, missing data, differing
 hparams on resume) raises before anything is written.
 """
 
-import contextlib
-import dataclasses
-import os
-import time
+from tfattn.utils.backend import require_tensorflow_backend
 
-import keras
-import numpy as np
-import tensorflow as tf
-from absl import logging
+require_tensorflow_backend("tfattn.training")
 
-from tfattn.training import checkpoints
-from tfattn import config
-from tfattn.decoding import evaluation
-from tfattn.training import precision
-from tfattn.training.optimization import current_learning_rate
-from tfattn.data import training_input
-from tfattn.data.tokenizer import save_tokenizer
-from tfattn.utils.files import write_text_atomically
-from tfattn.training.distribute import is_chief
-from tfattn.training.distribute import num_workers
-from tfattn.training.distribute import remove_worker_dir
-from tfattn.training.distribute import worker_dir
-from tfattn.training.preemption import NonFiniteLossError
-from tfattn.training.preemption import StopRequest
-from tfattn.training.preemption import TrainingPreempted
-from tfattn.training.preparation import prepare_training
-from tfattn.training.run_dir import CHECKPOINT_NAME
-from tfattn.training.run_dir import hold
-from tfattn.training.run_dir import hparams_path
-from tfattn.training.run_dir import model_weights
-from tfattn.training.step import Trainer  # noqa: F401 (re-exported)
-from tfattn.training.step import build_trainer
-from tfattn.training.step import make_train_step  # noqa: F401
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import logging  # noqa: E402
+
+from tfattn.training import checkpoints  # noqa: E402
+from tfattn import config  # noqa: E402
+from tfattn.decoding import evaluation  # noqa: E402
+from tfattn.training import precision  # noqa: E402
+from tfattn.training.optimization import current_learning_rate  # noqa: E402
+from tfattn.data import training_input  # noqa: E402
+from tfattn.data.tokenizer import save_tokenizer  # noqa: E402
+from tfattn.utils.files import write_text_atomically  # noqa: E402
+from tfattn.training.distribute import is_chief  # noqa: E402
+from tfattn.training.distribute import num_workers  # noqa: E402
+from tfattn.training.distribute import remove_worker_dir  # noqa: E402
+from tfattn.training.distribute import worker_dir  # noqa: E402
+from tfattn.training.preemption import NonFiniteLossError  # noqa: E402
+from tfattn.training.preemption import StopRequest  # noqa: E402
+from tfattn.training.preemption import TrainingPreempted  # noqa: E402
+from tfattn.training.preparation import prepare_training  # noqa: E402
+from tfattn.training.run_dir import CHECKPOINT_NAME  # noqa: E402
+from tfattn.training.run_dir import hold  # noqa: E402
+from tfattn.training.run_dir import hparams_path  # noqa: E402
+from tfattn.training.run_dir import model_weights  # noqa: E402
+from tfattn.training.step import Trainer  # noqa: E402,F401 (re-exported)
+from tfattn.training.step import build_trainer  # noqa: E402
+from tfattn.training.step import make_train_step  # noqa: E402,F401
 
 __all__ = [
     "TIMED_STEPS",

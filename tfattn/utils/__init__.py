@@ -1,4 +1,4 @@
-"""Internal utilities: `files` (atomic writes) and `validation` (one
-error format for argument checks)."""
+"""Internal utilities: `files` (atomic writes), `validation` (one error
+format for argument checks) and `backend` (which Keras backend runs)."""
 
 __all__ = []
