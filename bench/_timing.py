@@ -5,7 +5,8 @@ import collections
 import math
 import time
 
-import tensorflow as tf
+import keras
+import numpy as np
 
 Timing = collections.namedtuple("Timing", ["seconds", "output"])
 
@@ -13,10 +14,17 @@ Timing = collections.namedtuple("Timing", ["seconds", "output"])
 def fetched(output):
     """`output` with every tensor in it copied to NumPy, so that a clock
     read after this reads the work done, not only the work dispatched."""
-    # `.numpy()`, not np.asarray: the latter fails on bfloat16 scalars.
-    return tf.nest.map_structure(
-        lambda t: t.numpy() if tf.is_tensor(t) else t, output
-    )
+    # `.numpy()` where there is one (TensorFlow), not np.asarray: the
+    # latter fails on TensorFlow's bfloat16 scalars. JAX and torch arrays
+    # go through keras.ops.convert_to_numpy, which waits for the device.
+    def to_numpy(t):
+        if hasattr(t, "numpy") and not isinstance(t, np.ndarray):
+            return t.numpy()
+        if keras.ops.is_tensor(t):
+            return keras.ops.convert_to_numpy(t)
+        return t
+
+    return keras.tree.map_structure(to_numpy, output)
 
 
 def best_times(functions, rounds, repeats=1, warmup=1):

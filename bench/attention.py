@@ -3,10 +3,13 @@ keras.layers.MultiHeadAttention.
 
 Everything runs in one process on the same inputs, interleaved round by round
 so that drift in the machine's speed hits both sides alike. It also measures
-a plain matmul of the same FLOP count as a ceiling.
+a plain matmul of the same FLOP count as a ceiling. Both layers run on the
+process's Keras backend; `--backends=tensorflow,jax` runs the comparison
+once per backend (a process each).
 
     python bench/attention.py                  # float32 and bfloat16, T=256
     python bench/attention.py --length 512 --rounds 5
+    python bench/attention.py --backends=tensorflow,jax
 """
 
 import argparse
@@ -19,8 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
+import _backend  # noqa: E402
 import tfattn  # noqa: E402
 from _timing import best_times  # noqa: E402
 
@@ -32,43 +35,28 @@ def attention_flops(batch, length, width):
     return projections + core
 
 
-def make_step(layer, x, causal, keras_layer):
-    @tf.function(jit_compile=False)
-    def step():
-        with tf.GradientTape() as tape:
-            if keras_layer:
-                y = layer(x, x, use_causal_mask=causal)
-            else:
-                y = layer(x)
-            loss = tf.reduce_sum(tf.cast(y, "float32") ** 2)
-        grads = tape.gradient(loss, layer.trainable_variables + [x])
-        return loss, grads
-
-    return step
-
-
 def run(batch, length, width, heads, dtype, causal, repeats, rounds):
     keras.config.set_dtype_policy(
         "float32" if dtype == "float32" else "mixed_bfloat16"
     )
     rng = np.random.default_rng(0)
-    x = tf.Variable(rng.normal(size=(batch, length, width)).astype("float32"))
+    x = _backend.variable(
+        rng.normal(size=(batch, length, width)).astype("float32"))
     ours = tfattn.MultiHeadAttention(num_heads=heads, causality=causal)
     theirs = keras.layers.MultiHeadAttention(
         num_heads=heads, key_dim=width // heads
     )
     ours(x), theirs(x, x)
     steps = {
-        "tfattn": make_step(ours, x, causal, False),
-        "keras": make_step(theirs, x, causal, True),
+        "tfattn": _backend.loss_and_grad_step(
+            ours, lambda layer, v: layer(v), x),
+        "keras": _backend.loss_and_grad_step(
+            theirs, lambda layer, v: layer(v, v, use_causal_mask=causal), x),
     }
-    a = tf.cast(
-        tf.random.normal((width * 4, width * 4)),
-        "float32" if dtype == "float32" else "bfloat16",
-    )
-    matmul = tf.function(lambda: (tf.matmul(a, a),))
+    matmul = _backend.matmul_step(
+        width * 4, "float32" if dtype == "float32" else "bfloat16")
     # The steps return their gradients too (or the graph would prune
-    # them); only the loss is fetched, as before.
+    # them); only the loss is fetched.
     losses = {
         name: (lambda step=step: step()[0]) for name, step in steps.items()
     }
@@ -91,9 +79,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument(
+        "--backends", default="",
+        help="comma list of Keras backends to run the bench under, a "
+        "process each (default: this process's, KERAS_BACKEND)")
     args = parser.parse_args()
+    if _backend.run_per_backend(args.backends):
+        return
     print(
-        f"batch {args.batch}, length {args.length}, width {args.width}, "
+        f"backend {_backend.backend()}; batch {args.batch}, "
+        f"length {args.length}, width {args.width}, "
         f"heads {args.heads}; best of {args.rounds} rounds x {args.repeats} "
         f"calls"
     )

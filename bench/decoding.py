@@ -3,17 +3,18 @@
 One process, one model, the same source batch:
 - `rerun`: the baseline of the referenced code and the TF tutorial: at each
   position the whole decoder runs again on the full (fixed-size) prefix
-  buffer; the loop is a `tf.while_loop` in one compiled function, so the
+  buffer; the loop is a while-loop in one compiled function, so the
   baseline pays no retracing either.
 - `cached greedy`: `Transformer.decode_step` with the per-layer key/value
   cache through `tfattn.decoding.greedy_search`, the whole loop in one
-  `tf.function(jit_compile=True)`.
+  XLA-compiled function (`tf.function(jit_compile=True)` on TensorFlow,
+  `jax.jit` on JAX).
 - `cached beam 4`: the same with `beam_search` (beam 4, alpha 0.6); its
   per-hypothesis rate is 4 x batch x steps / time.
 - `keras-hub greedy`: the same architecture built from keras-hub layers
   (`TokenAndPositionEmbedding`, `TransformerEncoder`, `TransformerDecoder`
   with its self- and cross-attention caches, a Dense output), greedy in one
-  `tf.while_loop` under XLA, the encoder outside the loop as for tfattn.
+  `keras.ops.while_loop` under XLA, the encoder outside the loop as for tfattn.
 - `matmul-only floor`: no model, only the matmuls of a decoding step of
   this size (per layer Q, K, V, output, cross-attention Q and output, the
   two FFN layers; then the vocabulary projection and argmax) in the same
@@ -21,9 +22,11 @@ One process, one model, the same source batch:
   No implementation of this architecture can decode faster on this machine
   with XLA's CPU matmuls, so it bounds every ratio above.
 Every row decodes exactly `--steps` tokens (EOS disabled), so tokens/s are
-comparable.
+comparable. Everything is written on `keras.ops` and runs on the process's
+Keras backend; `--backends=tensorflow,jax` runs it once per backend.
 
     python bench/decoding.py                 # batch 16, 64 tokens
+    python bench/decoding.py --backends=tensorflow,jax
 """
 
 import argparse
@@ -34,11 +37,14 @@ import _repo  # noqa: F401  (puts the repository root on sys.path)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from keras import ops  # noqa: E402
 
+import _backend  # noqa: E402
 import tfattn  # noqa: E402
 from tfattn import decoding  # noqa: E402
+from _peers import keras_hub_greedy  # noqa: E402
 from _timing import best_times  # noqa: E402
 
 # EOS set to an id outside the vocabulary: every row runs all the steps.
@@ -52,89 +58,13 @@ def build_model(args):
         num_heads=args.heads,
         ffn_units=4 * args.units,
         dropout_rate=0.0,
-        max_length=args.steps + 1,
+        max_length=max(args.steps + 1, args.source_length),
     )
     rng = np.random.default_rng(0)
     source = rng.integers(4, args.vocab, size=(args.batch, args.source_length))
-    source = tf.constant(source, "int32")
+    source = source.astype("int32")
     model({"source": source, "target_in": source[:, :1]})
     return model, source
-
-
-def keras_hub_greedy(args, source):
-    """keras-hub's cached decoder, greedy, in one XLA while-loop."""
-    import keras
-    import keras_hub
-
-    width, heads, steps = args.units, args.heads, args.steps
-    batch = source.shape[0]
-    embed_source = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, source.shape[1], width
-    )
-    embed_target = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, steps + 1, width
-    )
-    encoders = [
-        keras_hub.layers.TransformerEncoder(4 * width, heads)
-        for _ in range(args.layers)
-    ]
-    decoders = [
-        keras_hub.layers.TransformerDecoder(4 * width, heads)
-        for _ in range(args.layers)
-    ]
-    output = keras.layers.Dense(args.vocab)
-    memory = embed_source(source)
-    for encoder in encoders:
-        memory = encoder(memory)
-    x = embed_target(source[:, :1])
-    for decoder in decoders:
-        x = decoder(x, memory)
-    output(x)
-    head_width = width // heads
-
-    @tf.function(jit_compile=True)
-    def greedy():
-        memory = embed_source(source)
-        for encoder in encoders:
-            memory = encoder(memory)
-        cross = [
-            tf.stack(
-                [
-                    d._cross_attention_layer._key_dense(memory),
-                    d._cross_attention_layer._value_dense(memory),
-                ],
-                axis=1,
-            )
-            for d in decoders
-        ]
-        caches = [
-            tf.zeros([batch, 2, steps, heads, head_width]) for _ in decoders
-        ]
-        ids = tf.fill([batch], tfattn.models.transformer.BOS_ID)
-        out = tf.zeros([batch, steps], "int32")
-
-        def body(t, ids, out, caches):
-            x = embed_target(ids[:, None], start_index=t)
-            new = []
-            for decoder, cache, cross_cache in zip(decoders, caches, cross):
-                x, cache, _ = decoder(
-                    x,
-                    memory,
-                    self_attention_cache=cache,
-                    self_attention_cache_update_index=t,
-                    cross_attention_cache=cross_cache,
-                )
-                new.append(cache)
-            ids = tf.argmax(output(x[:, 0]), -1, output_type=tf.int32)
-            one_hot = tf.one_hot(t, steps, dtype="int32")[None, :]
-            return t + 1, ids, out * (1 - one_hot) + ids[:, None] * one_hot, new
-
-        _, _, out, _ = tf.while_loop(
-            lambda t, *rest: t < steps, body, (0, ids, out, caches)
-        )
-        return (out,)
-
-    return greedy
 
 
 def matmul_floor(args):
@@ -143,7 +73,9 @@ def matmul_floor(args):
     rng = np.random.default_rng(1)
 
     def weight(rows, cols):
-        return tf.constant(rng.normal(size=(rows, cols)) * 0.05, "float32")
+        return keras.Variable(
+            (rng.normal(size=(rows, cols)) * 0.05).astype("float32"),
+            trainable=False)
 
     names = ("query", "key", "value", "output", "cross_query", "cross_output")
     layers = [
@@ -155,27 +87,29 @@ def matmul_floor(args):
         for _ in range(args.layers)
     ]
     vocabulary = weight(width, args.vocab)
-    start = tf.constant(rng.normal(size=(batch, width)), "float32")
+    start = rng.normal(size=(batch, width)).astype("float32")
 
-    @tf.function(jit_compile=True)
-    def floor():
+    def floor(x):
         def body(t, x, out):
             for w in layers:
                 projected = x @ w["query"] + x @ w["key"] + x @ w["value"]
                 x = x + projected @ w["output"]
                 x = x + (x @ w["cross_query"]) @ w["cross_output"]
-                x = 0.5 * (x + tf.nn.relu(x @ w["inner"]) @ w["outer"])
-            ids = tf.argmax(x @ vocabulary, -1, output_type=tf.int32)
-            return t + 1, x, out.write(t, ids)
+                x = 0.5 * (x + ops.relu(x @ w["inner"]) @ w["outer"])
+            ids = ops.cast(ops.argmax(x @ vocabulary, -1), "int32")
+            one_hot = ops.one_hot(t, steps, dtype="int32")[None, :]
+            return t + 1, x, out * (1 - one_hot) + ids[:, None] * one_hot
 
-        _, _, out = tf.while_loop(
+        _, _, out = ops.while_loop(
             lambda t, *rest: t < steps,
             body,
-            (0, start, tf.TensorArray(tf.int32, steps)),
+            (0, x, ops.zeros([batch, steps], "int32")),
         )
-        return (out.stack(),)
+        return (out,)
 
-    return floor
+    variables = [v for w in layers for v in w.values()] + [vocabulary]
+    compiled = _backend.compiled(floor, variables)
+    return lambda: compiled(start)
 
 
 def parse_args():
@@ -189,25 +123,24 @@ def parse_args():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--no_jit",
-        dest="jit",
-        action="store_false",
-        help="Run the cached searches without XLA.",
-    )
+        "--backends", default="",
+        help="comma list of Keras backends to run the bench under, a "
+        "process each (default: this process's, KERAS_BACKEND)")
     return parser.parse_args()
 
 
-def cached_search(model, source, args):
-    """`search(beam_size)`: the encoder, then `model.decode_step` with its
-    key/value cache through `greedy_search` (beam size 1) or `beam_search`
-    (alpha 0.6), in one function (XLA unless `--no_jit`), `--steps` tokens
-    per row; returns the search's (ids, scores), ids (batch, steps)."""
+def cached_search(model, source, args, beam_size):
+    """The encoder, then `model.decode_step` with its key/value cache
+    through `greedy_search` (beam_size 1) or `beam_search` (alpha 0.6), in
+    one XLA-compiled function, `--steps` tokens per row; returns a
+    zero-argument callable giving the search's (ids, scores), ids
+    (batch, steps)."""
     steps = args.steps
-    start_ids = tf.fill([args.batch], tfattn.models.transformer.BOS_ID)
+    start_ids = np.full([args.batch], tfattn.models.transformer.BOS_ID,
+                        "int32")
     no_eos = args.vocab
 
-    @tf.function(jit_compile=args.jit)
-    def search(beam_size):
+    def search(source, start_ids):
         memory, keep = model.encode(source, training=False)
         cache = model.init_decode_cache(memory, keep, steps)
         if beam_size == 1:
@@ -224,42 +157,38 @@ def cached_search(model, source, args):
             alpha=0.6,
         )
 
-    return search
+    compiled = _backend.compiled(search, model)
+    return lambda: compiled(source, start_ids)
 
 
 def full_rerun(model, source, args):
     """Greedy without a cache: at each position the whole decoder on the
-    fixed-size prefix buffer, in one XLA while-loop; returns (ids,), ids
-    (batch, steps)."""
+    fixed-size prefix buffer, in one XLA while-loop; returns a
+    zero-argument callable giving (ids,), ids (batch, steps)."""
     steps, batch = args.steps, args.batch
-    start_ids = tf.fill([batch], tfattn.models.transformer.BOS_ID)
 
-    @tf.function(jit_compile=True)
-    def rerun():
+    def rerun(source):
         memory, keep = model.encode(source, training=False)
-        buffer = tf.concat(
-            [start_ids[:, None], tf.zeros([batch, steps], "int32")], axis=1
+        start_ids = ops.full([batch, 1], tfattn.models.transformer.BOS_ID,
+                             "int32")
+        buffer = ops.concatenate(
+            [start_ids, ops.zeros([batch, steps], "int32")], axis=1
         )
 
         def body(t, buffer):
             logits = model.decode(
                 buffer[:, :steps], memory, keep, training=False
             )
-            next_ids = (
-                tf.argmax(
-                    tf.gather(logits, t, axis=1)[:, 1:],
-                    -1,
-                    output_type=tf.int32,
-                )
-                + 1
-            )
-            one_hot = tf.one_hot(t + 1, steps + 1, dtype="int32")[None, :]
+            row = ops.take(logits, t, axis=1)[:, 1:]
+            next_ids = ops.cast(ops.argmax(row, -1), "int32") + 1
+            one_hot = ops.one_hot(t + 1, steps + 1, dtype="int32")[None, :]
             return t + 1, buffer * (1 - one_hot) + next_ids[:, None] * one_hot
 
-        _, buffer = tf.while_loop(lambda t, b: t < steps, body, (0, buffer))
+        _, buffer = ops.while_loop(lambda t, b: t < steps, body, (0, buffer))
         return (buffer[:, 1:],)
 
-    return rerun
+    compiled = _backend.compiled(rerun, model)
+    return lambda: compiled(source)
 
 
 def report(args, timings):
@@ -298,21 +227,24 @@ def report(args, timings):
 
 def main():
     args = parse_args()
+    if _backend.run_per_backend(args.backends):
+        return
     model, source = build_model(args)
-    cached = cached_search(model, source, args)
-    rerun = full_rerun(model, source, args)
     params = model.count_params()
     print(
+        f"backend {_backend.backend()}; "
         f"model: {args.layers}+{args.layers} layers, width {args.units}, "
         f"{params / 1e6:.1f}M parameters; batch {args.batch}, {args.steps} "
         f"tokens per row, best of {args.rounds}, interleaved round by round"
     )
     timings = best_times(
         {
-            "rerun": rerun,
-            "greedy": lambda: cached(1),
-            "beam": lambda: cached(4),
-            "hub": keras_hub_greedy(args, source),
+            "rerun": full_rerun(model, source, args),
+            "greedy": cached_search(model, source, args, 1),
+            "beam": cached_search(model, source, args, 4),
+            "hub": keras_hub_greedy(
+                source, args.vocab, args.layers, args.units, args.heads,
+                args.steps),
             "floor": matmul_floor(args),
         },
         args.rounds,

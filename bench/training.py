@@ -38,30 +38,13 @@ import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
 from tfattn import losses  # noqa: E402
+from _peers import keras_hub_seq2seq  # noqa: E402
 from _timing import best_times  # noqa: E402
 
 
 def keras_hub_model(args):
-    import keras_hub
-
-    source = keras.Input((None,), dtype="int32", name="source")
-    target_in = keras.Input((None,), dtype="int32", name="target_in")
-    x = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, args.length, args.units, mask_zero=True
-    )(source)
-    for _ in range(args.layers):
-        x = keras_hub.layers.TransformerEncoder(
-            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6
-        )(x)
-    y = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocab, args.length, args.units, mask_zero=True
-    )(target_in)
-    for _ in range(args.layers):
-        y = keras_hub.layers.TransformerDecoder(
-            4 * args.units, args.heads, dropout=0.1, layer_norm_epsilon=1e-6
-        )(y, x)
-    logits = keras.layers.Dense(args.vocab, dtype="float32")(y)
-    return keras.Model({"source": source, "target_in": target_in}, logits)
+    return keras_hub_seq2seq(args.vocab, args.length, args.layers,
+                             args.units, args.heads)
 
 
 def tfattn_model(args):
