@@ -31,6 +31,14 @@ import _repo  # noqa: F401  (puts the repository root on sys.path)
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if os.environ["KERAS_BACKEND"] != "tensorflow":
+    # train.py's step is a tf.function; `fit` under JAX: bench/gpu.py.
+    raise SystemExit(
+        "bench/training.py times train.py's TensorFlow step and runs under "
+        f"KERAS_BACKEND=tensorflow only (got "
+        f"{os.environ['KERAS_BACKEND']!r}); bench/gpu.py times `fit` "
+        "against keras-hub under JAX"
+    )
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
