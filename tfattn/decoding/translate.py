@@ -187,7 +187,7 @@ def generate_fn(model, beam_size, alpha, extra_length, max_length,
         ]
         per_model[key] = tf.function(
             generate, input_signature=signature, jit_compile=jit_compile,
-            reduce_retracing=False,
+            reduce_retracing=False, autograph=False,
         )
     return per_model[key]
 

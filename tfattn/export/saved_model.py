@@ -113,8 +113,10 @@ class Translator(tf.Module):
             model, extra_length, max_source_length
         )
         self._jit_compile = jit_compile
-        self._compiled_search = (tf.function(self._search, jit_compile=True)
-                                 if jit_compile else self._search)
+        self._compiled_search = self._search
+        if jit_compile:
+            self._compiled_search = tf.function(
+                self._search, jit_compile=True, autograph=False)
         # Saved as (non-trainable) variables of the loaded object, so that a
         # client can read how the export decodes: `loaded.beam_size.numpy()`.
         settings = dict(
@@ -152,7 +154,7 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="sentences")
-    ])
+    ], autograph=False)
     def translate(self, sentences):
         """Translates a batch of sentences (the `serving_default`
         signature).
@@ -183,7 +185,7 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="sentences")
-    ])
+    ], autograph=False)
     def _decode(self, sentences):
         """(source ids, truncated, output ids, scores) of `[B]` strings.
 
@@ -203,7 +205,7 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="sentences")
-    ])
+    ], autograph=False)
     def attention(self, sentences):
         """Translates `sentences` and returns the attention of the forward
         pass over the translations (the `attention` signature).

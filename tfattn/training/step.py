@@ -204,7 +204,8 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
         return loss, grads, sums.correct
 
     if jit_compile:
-        forward_backward = tf.function(forward_backward, jit_compile=True)
+        forward_backward = tf.function(
+            forward_backward, jit_compile=True, autograph=False)
 
     def replica_step(inputs, labels, stop):
         context = tf.distribute.get_replica_context()
@@ -216,7 +217,10 @@ def make_train_step(strategy, model, optimizer, step, hp, mixed_precision,
         optimizer.apply_gradients(zip(grads, variables))
         return tf.stack([tf.cast(loss, tf.float32), tokens, correct, stop])
 
-    @tf.function
+    # autograph=False: the step has no Python control flow on tensors
+    # (Keras's layers are written for backends without AutoGraph), and
+    # converting it took 3 of the 8 s a tiny run's first step costs.
+    @tf.function(autograph=False)
     def train_step(iterator, stop=None):
         if stop is None:
             stop = tf.constant(0.0)
