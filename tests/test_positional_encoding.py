@@ -366,8 +366,8 @@ def test_too_long_dynamic_length_fails_the_assertion():
         (True, r"argument `start_index`.*start_index=True"),
         (None, r"argument `start_index`.*start_index=None"),
         (
-            tf.constant([1, 2]),
-            r"argument `start_index`.*dtype int32 and shape \(2,\)",
+            tf.constant([[1, 2]]),
+            r"argument `start_index`.*dtype int32 and shape \(1, 2\)",
         ),
         (
             tf.constant(1.0),
@@ -378,6 +378,17 @@ def test_too_long_dynamic_length_fails_the_assertion():
 def test_rejects_bad_start_index(start_index, pattern):
     with pytest.raises(ValueError, match=pattern):
         PositionalEncoding(max_length=L)(_inputs(), start_index=start_index)
+
+
+@pytest.mark.parametrize("kind", ["sinusoid", "learned"])
+def test_one_start_per_row_equals_each_row_at_its_own_start(kind):
+    layer = PositionalEncoding(kind=kind, max_length=L)
+    x = _inputs()
+    starts = np.arange(B, dtype="int32") * 2 + 1
+    got = np.asarray(layer(x, start_index=tf.constant(starts)))
+    for row, start in enumerate(starts):
+        want = np.asarray(layer(x[row:row + 1], start_index=int(start)))
+        np.testing.assert_allclose(got[row:row + 1], want, atol=1e-6)
 
 
 def test_negative_tensor_start_index_fails_the_assertion():

@@ -37,6 +37,7 @@ from tfattn.layers import MultiHeadAttention  # noqa: E402
 from tfattn.layers import PositionalEncoding  # noqa: E402
 from tfattn.layers import TokenEmbedding  # noqa: E402
 from tfattn.losses import LabelSmoothedCrossEntropy  # noqa: E402
+from tfattn.models import CausalLM  # noqa: E402
 from tfattn.models import Transformer  # noqa: E402
 from tfattn.schedules import NoamSchedule  # noqa: E402
 
@@ -47,7 +48,7 @@ __all__ = [
     "multihead_attention", "Attention", "Decoder", "DecoderBlock", "Dropout",
     "Encoder", "EncoderBlock", "FeedForward", "HardAttention",
     "LayerNormalization", "MultiHeadAttention", "PositionalEncoding",
-    "TokenEmbedding", "LabelSmoothedCrossEntropy", "Transformer",
+    "TokenEmbedding", "LabelSmoothedCrossEntropy", "CausalLM", "Transformer",
     "NoamSchedule",
 ]
 

@@ -49,15 +49,18 @@ from tfattn.decoding._loop import _argmax
 from tfattn.decoding._loop import _batch_gather
 from tfattn.decoding._loop import _call_step_fn
 from tfattn.decoding._loop import _dim
+from tfattn.decoding._loop import _is_stop
 from tfattn.decoding._loop import _keep_shapes
 from tfattn.decoding._loop import _row_limits
 from tfattn.decoding._loop import _take_rows
 from tfattn.decoding._loop import _validate
+from tfattn.decoding.sampling import sample_search
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 
 __all__ = [
-    "greedy_search", "BeamState", "beam_search", "beam_init", "gather_beams",
+    "greedy_search", "sample_search", "BeamState", "beam_search",
+    "beam_init", "gather_beams",
     "gather_topk_beams", "grow_topk", "grow_alive", "grow_finished",
     "beam_search_continues",
 ]
@@ -88,7 +91,8 @@ def greedy_search(
             `None` for no cache.
         max_length: positive Python int L, the number of tokens the output
             holds (the maximum number of `step_fn` calls).
-        eos_id: non-negative Python int. The end-of-sequence token.
+        eos_id: non-negative Python int, or a tuple of them. The token(s)
+            that end a row.
         max_lengths: optional int tensor [B] of per-row limits; values are
             clipped to [1, L]. A row that reaches its limit without EOS
             stops there (no EOS is forced). Defaults to `None` (L for all).
@@ -98,45 +102,8 @@ def greedy_search(
         included, 0 after EOS or after the row's limit; scores float32 [B],
         the sum of the log-probabilities of the emitted tokens (EOS included).
     """
-    initial_ids, cache, max_length, eos_id, max_lengths = _validate(
-        "greedy_search", step_fn, initial_ids, initial_cache, max_length,
-        eos_id, max_lengths)
-    batch_size = _dim(initial_ids, 0)
-    limits = _row_limits(max_lengths, batch_size, max_length)
-    positions = ops.arange(max_length, dtype="int32")
-
-    def cond(i, ids, cache, seq, scores, finished):
-        return ops.logical_and(
-            i < max_length, ops.logical_not(ops.all(finished))
-        )
-
-    def body(i, ids, cache, seq, scores, finished):
-        logits, new_cache = _call_step_fn(step_fn, ids, i, cache)
-        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        tokens = _argmax(log_probs)
-        token_log_probs = _batch_gather(log_probs, tokens[:, None])
-        tokens = ops.where(finished, 0, tokens)
-        scores = scores + ops.where(finished, 0.0, token_log_probs[:, 0])
-        # One-hot write at column i: no position-dependent slice or shape.
-        seq = ops.where(
-            ops.equal(positions[None, :], i), tokens[:, None], seq)
-        # Finished rows keep being fed their last token; outputs are ignored.
-        ids = ops.where(finished, ids, tokens)
-        finished = finished | ops.equal(tokens, eos_id) | (i + 1 >= limits)
-        return i + 1, ids, new_cache, seq, scores, finished
-
-    loop_vars = (
-        ops.convert_to_tensor(0, "int32"),
-        initial_ids,
-        cache,
-        ops.zeros((batch_size, max_length), "int32"),
-        ops.zeros((batch_size,), "float32"),
-        ops.zeros((batch_size,), "bool"),
-    )
-    _, _, _, seq, scores, _ = ops.while_loop(
-        cond, _keep_shapes(body), loop_vars
-    )
-    return seq, scores
+    return sample_search(step_fn, initial_ids, initial_cache, max_length,
+                         eos_id, sampler="greedy", max_lengths=max_lengths)
 
 
 class BeamState(NamedTuple):
@@ -205,7 +172,8 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
             `None` for no cache. Tiled to B*K rows here.
         max_length: positive Python int L, the number of tokens the output
             holds (the maximum number of `step_fn` calls).
-        eos_id: non-negative Python int. The end-of-sequence token.
+        eos_id: non-negative Python int, or a tuple of them. The token(s)
+            that end a row.
         beam_size: positive Python int K. Defaults to `4` (the paper).
         alpha: Python float >= 0, the length-penalty exponent; 0 ranks by
             plain log-probability. Defaults to `0.6` (the paper).
@@ -238,7 +206,7 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
         i = state.step
         top_log_probs, top_beams, top_ids, top_seq, new_cache = grow_topk(
             step_fn, state, batch_size, k, positions)
-        ended = ops.equal(top_ids, eos_id) | (i + 1 >= limits)[:, None]
+        ended = _is_stop(top_ids, eos_id) | (i + 1 >= limits)[:, None]
         alive_log_probs, alive_ids, alive_seq, parents = grow_alive(
             top_log_probs, top_beams, top_ids, top_seq, ended, k)
         flat_parents = ops.reshape(parents + row_offsets, [-1])

@@ -33,10 +33,7 @@ def _validate(
     if not callable(step_fn):
         raise invalid_argument("step_fn", "a callable", step_fn, context)
     max_length = check_positive_int("max_length", max_length, context)
-    if (isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral)
-            or eos_id < 0):
-        raise invalid_argument(
-            "eos_id", "a non-negative integer", eos_id, context)
+    eos_id = _stop_ids(eos_id, context)
     initial_ids = _int_vector("initial_ids", initial_ids, context)
     if lengths is not None:
         lengths = _int_vector("max_lengths", lengths, context)
@@ -60,7 +57,35 @@ def _validate(
                 f"<tensor of shape {shape}>",
                 context,
             )
-    return initial_ids, cache, int(max_length), int(eos_id), lengths
+    return initial_ids, cache, int(max_length), eos_id, lengths
+
+
+def _stop_ids(eos_id, context, name="eos_id", allow_none=False):
+    """`eos_id` checked: a non-negative int, or a tuple of them (any ends a
+    row; an empty tuple, or None with `allow_none`: no token ends a row);
+    returned as an int or a tuple of ints."""
+    if eos_id is None and allow_none:
+        return ()
+    ids = eos_id if isinstance(eos_id, (tuple, list)) else (eos_id,)
+    if any(isinstance(i, bool) or not isinstance(i, numbers.Integral)
+           or i < 0 for i in ids):
+        raise invalid_argument(
+            name, "a non-negative integer or a tuple of them", eos_id,
+            context)
+    ids = tuple(int(i) for i in ids)
+    return ids[0] if len(ids) == 1 else ids
+
+
+def _is_stop(tokens, eos_id):
+    """bool, the shape of `tokens`: True where a token ends its row."""
+    if isinstance(eos_id, int):
+        return ops.equal(tokens, eos_id)
+    if not eos_id:
+        return ops.zeros_like(tokens, "bool")
+    stop = ops.equal(tokens, eos_id[0])
+    for other in eos_id[1:]:
+        stop = stop | ops.equal(tokens, other)
+    return stop
 
 
 def _shape(t):

@@ -105,6 +105,12 @@ class PositionalEncoding(keras.layers.Layer):
     function (a JAX tracer) is not checked, and its positions are clipped
     to [0, max_length - 1] (an out-of-range position reads the last row).
 
+    One start per row: `start_index` may be an int tensor [B] (prompts of
+    different lengths, left-padded, in `CausalLM.generate`); row b then
+    adds the rows at `start_index[b] + range(T)`, clipped to
+    [0, max_length - 1] and not checked (positions below 0 are left padding
+    the caller masks).
+
     Args:
         kind: one of `"sinusoid"`, `"sinusoid_2017"`, `"learned"`. Defaults
             to `"sinusoid"`.
@@ -116,8 +122,8 @@ class PositionalEncoding(keras.layers.Layer):
 
     Call arguments:
         - x: float tensor [B, T, C], usually the scaled token embeddings.
-        - start_index: int or scalar int tensor, the position of `x[:, 0]`.
-          Defaults to `0`.
+        - start_index: int or scalar int tensor, the position of `x[:, 0]`,
+          or an int tensor [B], one such position per row. Defaults to `0`.
 
     Returns:
         x + PE[start_index : start_index + T], [B, T, C] (with the padding
@@ -192,7 +198,10 @@ class PositionalEncoding(keras.layers.Layer):
                 _CONTEXT,
             )
         start = self._check_start_index(start_index)
-        pe = ops.cast(self._rows(x, shape, start), x.dtype)[None]  # [1, T, C]
+        if isinstance(start, int) or len(start.shape) == 0:
+            pe = ops.cast(self._rows(x, shape, start), x.dtype)[None]
+        else:
+            pe = ops.cast(self._rows_per_row(x, start), x.dtype)  # [B, T, C]
 
         if self.padding_mode == "reference_2019":
             return x + ops.where(ops.equal(x, 0), ops.zeros((), x.dtype), pe)
@@ -221,6 +230,16 @@ class PositionalEncoding(keras.layers.Layer):
             positions = start + tf.range(length, dtype="int32")  # [T]
         return tf.gather(tf.convert_to_tensor(table), positions)  # [T, C]
 
+    def _rows_per_row(self, x, start):
+        """The table's rows [B, T, C] at positions start[b] + range(T),
+        clipped to the table (the caller checks the lengths: positions
+        below 0 are left padding, masked by the model)."""
+        table = self._table if self.kind != "learned" else self.embeddings
+        positions = start[:, None] + ops.arange(ops.shape(x)[1],
+                                                dtype="int32")[None, :]
+        positions = ops.clip(positions, 0, self.max_length - 1)
+        return ops.take(ops.convert_to_tensor(table), positions, axis=0)
+
     def _check_start_index(self, start_index):
         """Returns a Python int, or a scalar int32 tensor."""
         if isinstance(start_index, numbers.Integral) and not isinstance(
@@ -240,10 +259,11 @@ class PositionalEncoding(keras.layers.Layer):
             )
         tensor = ops.convert_to_tensor(start_index)
         dtype = keras.backend.standardize_dtype(tensor.dtype)
-        if "int" not in dtype or len(tensor.shape) != 0:
+        if "int" not in dtype or len(tensor.shape) > 1:
             raise validation.invalid_argument(
                 "start_index",
-                "an integer >= 0 or a scalar integer tensor",
+                "an integer >= 0, a scalar integer tensor or one start per "
+                "row (an integer tensor [B])",
                 f"<tensor of dtype {dtype} and shape {tuple(tensor.shape)}>",
                 _CONTEXT,
             )

@@ -1,5 +1,6 @@
 """Models built from tfattn layers."""
 
+from tfattn.models.causal_lm import CausalLM
 from tfattn.models.transformer import Transformer
 
-__all__ = ["Transformer"]
+__all__ = ["CausalLM", "Transformer"]

@@ -24,7 +24,7 @@ __all__ = ["check_ids", "pair", "check_same_batch"]
 _CONTEXT = "Transformer"
 
 
-def check_ids(name, ids, vocab, max_length, values=True):
+def check_ids(name, ids, vocab, max_length, values=True, context=_CONTEXT):
     """Checks token ids: int, [B, T], T within the positional table and,
     with `values`, 0 <= id < `vocab`.
 
@@ -34,6 +34,7 @@ def check_ids(name, ids, vocab, max_length, values=True):
         vocab: int. The vocabulary size the ids index.
         max_length: int. The positional table's length.
         values: bool. Check the values too (else dtype and shape only).
+        context: str. The model that checks; prefixes the messages.
 
     Returns:
         `ids` as a tensor; in a TensorFlow graph, one that depends on the
@@ -53,17 +54,17 @@ def check_ids(name, ids, vocab, max_length, values=True):
     received = f"<tensor of dtype {dtype} and shape {shape}>"
     if "int" not in dtype:
         raise validation.invalid_argument(
-            name, "int token ids of shape [B, T]", received, _CONTEXT)
+            name, "int token ids of shape [B, T]", received, context)
     if len(shape) != 2:
         raise validation.invalid_argument(
             name, "int token ids of shape [B, T] (rank 2)", received,
-            _CONTEXT)
+            context)
     if shape[1] is not None and shape[1] > max_length:
         raise validation.invalid_argument(
             name,
             f"at most the positional table's max_length={max_length} "
             "positions (build the model with a larger max_length)",
-            f"<tensor of shape {shape}>", _CONTEXT,
+            f"<tensor of shape {shape}>", context,
         )
     if not values or isinstance(ids, keras.KerasTensor):
         return ids
@@ -73,13 +74,13 @@ def check_ids(name, ids, vocab, max_length, values=True):
         bad = concrete[(concrete < 0) | (concrete >= vocab)]
         if bad.size:
             raise validation.invalid_argument(
-                name, expected, f"<ids holding {int(bad[0])}>", _CONTEXT)
+                name, expected, f"<ids holding {int(bad[0])}>", context)
         return ids
     if keras.config.backend() != "tensorflow":
         return ids  # Traced: unchecked (module docstring).
     import tensorflow as tf
 
-    message = (f"{_CONTEXT}: Received an invalid value for argument "
+    message = (f"{context}: Received an invalid value for argument "
                f"`{name}`, expected {expected}.")
     checks = [tf.debugging.assert_non_negative(ids, message=message),
               tf.debugging.assert_less(ids, tf.cast(vocab, ids.dtype),

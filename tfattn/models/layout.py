@@ -30,7 +30,7 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
                    num_units, num_heads, ffn_units, dropout_rate,
                    attention_dropout_rate, flavor, normalize_first,
                    max_length, positional_encoding, share_embeddings,
-                   tie_output, embeddings_initializer):
+                   tie_output, embeddings_initializer, context=_CONTEXT):
     """`Transformer`'s arguments checked, with the flavour's defaults
     filled in.
 
@@ -43,6 +43,7 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
             `Transformer`.
         share_embeddings, tie_output, embeddings_initializer: as in
             `Transformer`.
+        context: str. The model that checks; prefixes the messages.
 
     Returns:
         (block arguments (`block_arguments`), the flavour's defaults (a
@@ -54,21 +55,21 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
             disagrees with what a reference flavour fixes.
     """
     validation.check_positive_int(
-        "source_vocab_size", source_vocab_size, _CONTEXT)
+        "source_vocab_size", source_vocab_size, context)
     if target_vocab_size is not None:
         validation.check_positive_int(
-            "target_vocab_size", target_vocab_size, _CONTEXT)
-    validation.check_positive_int("num_layers", num_layers, _CONTEXT)
-    validation.check_positive_int("num_units", num_units, _CONTEXT)
-    validation.check_positive_int("max_length", max_length, _CONTEXT)
+            "target_vocab_size", target_vocab_size, context)
+    validation.check_positive_int("num_layers", num_layers, context)
+    validation.check_positive_int("num_units", num_units, context)
+    validation.check_positive_int("max_length", max_length, context)
     block_args = block_arguments(
-        _CONTEXT, num_heads, ffn_units, dropout_rate, attention_dropout_rate,
+        context, num_heads, ffn_units, dropout_rate, attention_dropout_rate,
         flavor, normalize_first, None,
     )
     if num_units % num_heads:
         raise validation.invalid_argument(
             "num_units", f"a multiple of num_heads={num_heads}", num_units,
-            _CONTEXT,
+            context,
         )
     defaults = dict(_FLAVOR_DEFAULTS[flavor])
     # The paper shares embeddings when there is one vocabulary and ties
@@ -77,30 +78,31 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
     defaults.setdefault("tie_output", True)
     positional_encoding = _resolve(
         "positional_encoding", positional_encoding, defaults, flavor,
-        fixed=False,
+        context, fixed=False,
     )
     single_vocab = target_vocab_size in (None, source_vocab_size)
-    share = _resolve("share_embeddings", share_embeddings, defaults, flavor)
-    tie = _resolve("tie_output", tie_output, defaults, flavor)
+    share = _resolve("share_embeddings", share_embeddings, defaults, flavor,
+                     context)
+    tie = _resolve("tie_output", tie_output, defaults, flavor, context)
     if share and not single_vocab:
         raise validation.invalid_argument(
             "share_embeddings",
             "False when the source and target vocabularies differ "
             f"({source_vocab_size} and {target_vocab_size})",
             share_embeddings,
-            _CONTEXT,
+            context,
         )
     try:
         initializer = keras.initializers.get(embeddings_initializer)
     except (ValueError, TypeError) as error:
         raise validation.invalid_argument(
             "embeddings_initializer", "a Keras initializer or its name",
-            embeddings_initializer, _CONTEXT,
+            embeddings_initializer, context,
         ) from error
     return block_args, defaults, positional_encoding, share, tie, initializer
 
 
-def _resolve(name, value, defaults, flavor, fixed=True):
+def _resolve(name, value, defaults, flavor, context, fixed=True):
     """A flavour default for a None argument; reference flavours fix theirs."""
     default = defaults[name]
     if value is None:
@@ -108,6 +110,6 @@ def _resolve(name, value, defaults, flavor, fixed=True):
     if fixed and flavor != "paper" and value != default:
         raise validation.invalid_argument(
             name, f"{default} (or None) in flavor '{flavor}', which the "
-            "reference fixes", value, _CONTEXT,
+            "reference fixes", value, context,
         )
     return value

@@ -1,0 +1,340 @@
+"""`tfattn.models.CausalLM` and the samplers, on any backend (CI runs this
+file under TensorFlow and again under JAX).
+
+References, all independent of the code under test's cache and loop:
+- generation against the uncached full forward pass re-run on the whole
+  prefix at every step (greedy: its argmax chain; scores: its log-probs),
+  so the prefill, the left padding of short prompts and the per-row
+  positions are checked against the plain model;
+- the samplers against NumPy: the top-k and nucleus sets from a full sort
+  and cumulative sum (Holtzman et al.), draw frequencies against softmax
+  probabilities (a 5-sigma binomial bound);
+- causality: logits at position t ignore the tokens after t.
+"""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tfattn.decoding import samplers
+from tfattn.models.causal_lm import CausalLM
+
+BACKEND = keras.config.backend()
+VOCAB = 40
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [4, 5], [7]]
+
+
+def _np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def tiny_lm(seed=0, **kwargs):
+    keras.utils.set_random_seed(seed)
+    args = dict(vocab_size=VOCAB, num_layers=2, num_units=16, num_heads=2,
+                ffn_units=32, max_length=48, dropout_rate=0.0)
+    args.update(kwargs)
+    lm = CausalLM(**args)
+    lm(np.ones((1, 4), "int32"))
+    return lm
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_lm()
+
+
+def _log_probs(lm, prefix):
+    """log-softmax (float64) of the full forward pass at the prefix's last
+    position, padding excluded as `generate` excludes it. The prefix sits
+    in a fixed buffer padded after it (causal attention keeps the padding
+    out of the prefix's positions), so every call has one shape."""
+    buffer = np.zeros((1, lm.max_length), "int32")
+    buffer[0, :len(prefix)] = prefix
+    logits = _np(lm(buffer))[0, len(prefix) - 1].astype(np.float64)
+    logits[0] = -np.inf
+    top = logits.max()
+    return logits - top - np.log(np.sum(np.exp(logits - top)))
+
+
+def naive_greedy(lm, prompt, steps, stop=3):
+    tokens, score = [], 0.0
+    for _ in range(steps):
+        lp = _log_probs(lm, list(prompt) + tokens)
+        token = int(np.argmax(lp))
+        assert np.sort(lp)[-1] - np.sort(lp)[-2] > 1e-3  # no near-tie
+        tokens.append(token)
+        score += lp[token]
+        if token == stop:
+            break
+    return tokens, score
+
+
+def _rescore(lm, prompt, tokens):
+    return sum(_log_probs(lm, list(prompt) + tokens[:t])[tokens[t]]
+               for t in range(len(tokens)))
+
+
+@pytest.mark.parametrize("flavor, normalize_first", [
+    ("paper", None), ("paper", False), ("reference_2019", None),
+    ("reference_2017", None),
+])
+def test_greedy_equals_the_uncached_argmax_chain(flavor, normalize_first):
+    lm = tiny_lm(seed=1, flavor=flavor, normalize_first=normalize_first)
+    ids, scores = lm.generate(PROMPTS, max_new_tokens=6)
+    assert ids.shape == (3, 6) and ids.dtype == np.int32
+    for row, prompt in enumerate(PROMPTS):
+        want, want_score = naive_greedy(lm, prompt, 6)
+        got = ids[row].tolist()
+        assert got[:len(want)] == want and not any(got[len(want):])
+        np.testing.assert_allclose(scores[row], want_score, atol=1e-4)
+
+
+def test_logits_ignore_the_future(lm):
+    ids = np.array([[5, 6, 7, 8, 9]], "int32")
+    changed = ids.copy()
+    changed[0, 3:] = [20, 21]
+    a, b = _np(lm(ids)), _np(lm(changed))
+    np.testing.assert_array_equal(a[0, :3], b[0, :3])
+    assert np.abs(a[0, 3:] - b[0, 3:]).max() > 1e-3
+
+
+def test_padding_after_a_sequence_changes_nothing_before_it(lm):
+    short = _np(lm(np.array([[5, 6, 7]], "int32")))
+    padded = _np(lm(np.array([[5, 6, 7, 0, 0]], "int32")))
+    np.testing.assert_allclose(padded[:, :3], short, atol=1e-6)
+
+
+@pytest.mark.parametrize("sampler", [
+    "random", samplers.TopKSampler(3), samplers.TopPSampler(0.8),
+    samplers.RandomSampler(temperature=0.5),
+])
+def test_draws_repeat_with_their_seed_and_score_what_they_emit(lm, sampler):
+    first, scores = lm.generate(PROMPTS, 8, sampler=sampler, seed=7,
+                                stop_token_ids=())
+    again, _ = lm.generate(PROMPTS, 8, sampler=sampler, seed=7,
+                           stop_token_ids=())
+    other, _ = lm.generate(PROMPTS, 8, sampler=sampler, seed=8,
+                           stop_token_ids=())
+    np.testing.assert_array_equal(first, again)
+    assert (first != other).any()
+    assert (first > 0).all()  # never padding
+    for row, prompt in enumerate(PROMPTS):
+        want = _rescore(lm, prompt, first[row].tolist())
+        np.testing.assert_allclose(scores[row], want, atol=1e-4)
+
+
+def test_stop_tokens_end_each_row_on_its_own(lm):
+    free, _ = lm.generate(PROMPTS, 8, stop_token_ids=())
+    # Stop each row at a token it emits at a different step.
+    stops = (int(free[0, 1]), int(free[1, 4]))
+    ids, _ = lm.generate(PROMPTS, 8, stop_token_ids=stops)
+    for row in range(3):
+        expected = []
+        for token in free[row].tolist():
+            expected.append(token)
+            if token in stops:
+                break
+        assert ids[row, :len(expected)].tolist() == expected
+        assert not ids[row, len(expected):].any()
+
+
+def test_strip_prompt_false_returns_prompt_then_continuation(lm):
+    ids, _ = lm.generate(PROMPTS, 4, stop_token_ids=())
+    full, _ = lm.generate(PROMPTS, 4, stop_token_ids=(), strip_prompt=False)
+    assert full.shape == (3, 9 + 4)
+    for row, prompt in enumerate(PROMPTS):
+        n = len(prompt)
+        assert full[row, :n].tolist() == prompt
+        assert full[row, n:n + 4].tolist() == ids[row].tolist()
+        assert not full[row, n + 4:].any()
+
+
+def test_beam_sampler_scores_are_full_forward_scores(lm):
+    ids, scores = lm.generate(PROMPTS, 5, sampler=samplers.BeamSampler(3, 0.0))
+    greedy, greedy_scores = lm.generate(PROMPTS, 5)
+    for row, prompt in enumerate(PROMPTS):
+        tokens = [t for t in ids[row].tolist() if t]
+        np.testing.assert_allclose(scores[row], _rescore(lm, prompt, tokens),
+                                   atol=1e-4)
+        # alpha=0 ranks by log-prob: the best beam is at least greedy's.
+        assert scores[row] >= greedy_scores[row] - 1e-4
+
+
+def test_a_second_call_with_the_same_buckets_does_not_trace(lm):
+    lm.generate([[5, 6, 7]], 5)
+    traces = lm.generate_traces
+    lm.generate([[9, 8, 7]], 5)  # same shapes
+    lm.generate([[9, 8, 7, 6, 5]], 5)  # another length, same bucket
+    lm.generate([[9, 8, 7]], 7)  # another max_new_tokens, same bucket
+    lm.generate([[9, 8, 7]], 5, seed=3)  # the seed is an input
+    assert lm.generate_traces == traces
+    lm.generate([[9, 8, 7] * 4], 5)  # a longer bucket traces once
+    assert lm.generate_traces == traces + 1
+
+
+def test_ids_as_a_right_padded_array(lm):
+    ragged, _ = lm.generate(PROMPTS, 4)
+    array = np.zeros((3, 9), "int32")
+    for row, prompt in enumerate(PROMPTS):
+        array[row, :len(prompt)] = prompt
+    padded, _ = lm.generate(array, 4)
+    np.testing.assert_array_equal(ragged, padded)
+
+
+def test_tied_head_trains_with_fit():
+    lm = tiny_lm(seed=3)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, VOCAB, (16, 9)).astype("int32")
+    ids[:, 1::2] = ids[:, 0::2][:, :4] % 7 + 4  # something to learn
+    lm.compile(optimizer=keras.optimizers.Adam(1e-2),
+               loss=keras.losses.SparseCategoricalCrossentropy(
+                   from_logits=True, ignore_class=0))
+    table = _np(lm.token_embedding.embeddings).copy()
+    history = lm.fit(ids[:, :-1], ids[:, 1:], epochs=8, batch_size=8,
+                     verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < 0.8 * losses[0]
+    # The output head is the table: it moved, and the logits read it now.
+    new_table = _np(lm.token_embedding.embeddings)
+    assert np.abs(new_table - table).max() > 1e-3
+    assert lm.output_dense is None
+
+
+def test_keras_file_round_trip(tmp_path, lm):
+    path = str(tmp_path / "lm.keras")
+    lm.save(path)
+    loaded = keras.saving.load_model(path)
+    ids = np.array([[5, 6, 7, 0]], "int32")
+    np.testing.assert_array_equal(_np(loaded(ids)), _np(lm(ids)))
+    assert loaded.get_config() == lm.get_config()
+    np.testing.assert_array_equal(loaded.generate(PROMPTS, 4)[0],
+                                  lm.generate(PROMPTS, 4)[0])
+
+
+def test_untied_head_and_learned_positions():
+    lm = tiny_lm(seed=4, tie_output=False, positional_encoding="learned")
+    assert lm.output_dense is not None
+    ids, scores = lm.generate(PROMPTS[:2], 4)
+    for row, prompt in enumerate(PROMPTS[:2]):
+        want, want_score = naive_greedy(lm, prompt, 4)
+        assert ids[row, :len(want)].tolist() == want
+        np.testing.assert_allclose(scores[row], want_score, atol=1e-4)
+
+
+# --------------------------------------------------------------------------
+# Samplers against NumPy.
+
+def _numpy_nucleus(probs, p):
+    order = np.argsort(-probs, kind="stable")
+    mass = np.cumsum(probs[order])
+    count = int(np.searchsorted(mass, p - 1e-7)) + 1
+    keep = np.zeros(probs.shape, bool)
+    keep[order[:count]] = True
+    return keep
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9, 0.99, 1.0])
+def test_nucleus_is_the_sorted_cumulative_sum_set(p):
+    rng = np.random.default_rng(int(p * 100))
+    logits = rng.normal(0, 2.0, (6, 50)).astype("float32")
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    got = _np(samplers.nucleus(ops.convert_to_tensor(probs), p))
+    for row in range(6):
+        np.testing.assert_array_equal(got[row], _numpy_nucleus(probs[row], p))
+
+
+def _frequencies(sampler, logits, draws):
+    log_probs = ops.convert_to_tensor(np.repeat(logits[None], draws, 0))
+    tokens = _np(sampler.choose(log_probs, ops.convert_to_tensor([11, 0])))
+    return np.bincount(tokens, minlength=logits.size) / draws
+
+
+def _softmax(logits):
+    return np.exp(logits) / np.exp(logits).sum()
+
+
+def _top3(logits):
+    kept = np.where(logits >= np.sort(logits)[-3], np.exp(logits), 0.0)
+    return kept / kept.sum()
+
+
+@pytest.mark.parametrize("sampler, expected", [
+    (samplers.RandomSampler(), _softmax),
+    (samplers.RandomSampler(temperature=2.0), lambda x: _softmax(x / 2)),
+    (samplers.TopKSampler(3), _top3),
+    (samplers.TopPSampler(0.7), None),
+])
+def test_draw_frequencies_follow_the_distribution(sampler, expected):
+    logits = np.log(np.array([0.05, 0.4, 0.25, 0.15, 0.1, 0.05], "float32"))
+    if expected is None:  # the nucleus {0.4, 0.25, 0.15}, renormalised
+        want = np.array([0, 0.4, 0.25, 0.15, 0, 0]) / 0.8
+    else:
+        want = expected(logits.astype(np.float64))
+    draws = 20000
+    got = _frequencies(sampler, logits, draws)
+    bound = 5 * np.sqrt(want * (1 - want) / draws) + 1e-9
+    assert np.all(np.abs(got - want) <= bound), (got, want)
+
+
+def test_greedy_sampler_takes_the_lowest_of_tied_ids():
+    log_probs = ops.convert_to_tensor(np.array([[0.1, 0.5, 0.5, 0.2]],
+                                               "float32"))
+    assert _np(samplers.GreedySampler().choose(log_probs, None)).tolist() == [1]
+
+
+# --------------------------------------------------------------------------
+# Bad input: one ValueError naming the argument and the value.
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(prompts=[[5] * 48]), "prompts.*48 tokens"),
+    (dict(prompts=[[5, 6], []]), "prompts.*prompt 1: empty"),
+    (dict(prompts=[[5, 0, 6]]), "prompts.*holding 0"),
+    (dict(prompts=[[5, VOCAB]]), f"prompts.*holding {VOCAB}"),
+    (dict(prompts="hello"), "prompts"),
+    (dict(prompts=np.ones((2, 3), "float32")), "prompts.*float32"),
+    (dict(max_new_tokens=0), "max_new_tokens=0"),
+    (dict(max_new_tokens=-3), "max_new_tokens=-3"),
+    (dict(max_new_tokens=46), "max_new_tokens.*at most 45"),
+    (dict(sampler="nucleus"), "sampler='nucleus'"),
+    (dict(seed="x"), "seed='x'"),
+    (dict(stop_token_ids=(-1,)), "eos_id|stop_token_ids"),
+])
+def test_generate_refuses_bad_arguments(lm, kwargs, match):
+    args = dict(prompts=[[5, 6, 7]], max_new_tokens=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        lm.generate(**args)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: samplers.RandomSampler(temperature=0), "temperature=0"),
+    (lambda: samplers.RandomSampler(temperature=-1.0), "temperature=-1.0"),
+    (lambda: samplers.TopPSampler(0.0), "`p`.*p=0.0"),
+    (lambda: samplers.TopPSampler(1.5), "`p`.*p=1.5"),
+    (lambda: samplers.TopKSampler(0), "`k`.*k=0"),
+    (lambda: samplers.get("top_k", k=2, p=0.5), "p=0.5"),
+    (lambda: samplers.get("beamz"), "sampler='beamz'"),
+])
+def test_samplers_refuse_bad_arguments(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_top_k_above_the_vocabulary_is_refused(lm):
+    with pytest.raises(ValueError, match=f"at most the vocabulary's {VOCAB}"):
+        lm.generate([[5, 6]], 3, sampler=samplers.TopKSampler(VOCAB + 1))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(vocab_size=0), "vocab_size=0"),
+    (dict(num_units=15), "num_units.*multiple of num_heads"),
+    (dict(normalize_first="yes"), "normalize_first='yes'"),
+    (dict(flavor="reference_2019", tie_output=False), "tie_output"),
+])
+def test_constructor_refuses_bad_arguments(kwargs, match):
+    args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
+                ffn_units=32)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        CausalLM(**args)
