@@ -309,16 +309,19 @@ def _check_overrides(values):
     ["dataset", "source_language", "target_language", "data_dir", "manual_dir"]
 )
 def _check_dataset(values):
+    # The task (translation or language model) comes with the hparams:
+    # here the spec must parse as one or the other; `_command` parses it
+    # for the run's task.
+    args = [values[name] for name in ("dataset", "source_language",
+                                      "target_language", "data_dir",
+                                      "manual_dir")]
     try:
-        sources.parse_dataset_spec(
-            values["dataset"],
-            values["source_language"],
-            values["target_language"],
-            values["data_dir"],
-            values["manual_dir"],
-        )
+        sources.parse_dataset_spec(*args)
     except ValueError as error:
-        raise flags.ValidationError(str(error))
+        try:
+            sources.parse_dataset_spec(*args, monolingual=True)
+        except ValueError:
+            raise flags.ValidationError(str(error))
     return True
 
 
@@ -425,6 +428,10 @@ def _command(directory):
         for field in dataclasses.fields(commands.Command)
         if field.name not in _DERIVED_FIELDS
     }
+    requested = (requested_hparams(directory)
+                 if FLAGS.mode in commands.TRAINING_MODES else None)
+    known = requested or run_dir.load_saved_hparams(directory)
+    task = known.task if known else None
     return commands.Command(
         **values,
         model_dir=directory,
@@ -434,12 +441,9 @@ def _command(directory):
             FLAGS.target_language,
             FLAGS.data_dir,
             FLAGS.manual_dir,
+            monolingual=task == "language_model",
         ),
-        hparams=(
-            requested_hparams(directory)
-            if FLAGS.mode in commands.TRAINING_MODES
-            else None
-        ),
+        hparams=requested,
         mixed_precision=(
             None if FLAGS.mixed_precision == "off" else FLAGS.mixed_precision
         ),

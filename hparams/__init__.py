@@ -1,6 +1,8 @@
 """The named hyperparameter sets of `train.py`, one module per set.
 
 - `tiny`: a few-second model for tests and the generated numbers task;
+- `gpt_tiny`: the same sizes as a GPT-style language model (task
+  "language_model") of the numbers task's text, in seconds;
 - `base`, `big`: "Attention Is All You Need", Table 3 base and big;
 - `reference_2017`, `reference_2019`: exactly the hyperparameters of
   Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
@@ -25,6 +27,7 @@ hp = config.parse_overrides(hparams.get("tiny"), "num_heads=2")
 
 from hparams import base
 from hparams import big
+from hparams import gpt_tiny
 from hparams import multi30k
 from hparams import multi30k_reference
 from hparams import reference_2017
@@ -39,6 +42,7 @@ REGISTRY = {
     "reference_2019": reference_2019,
     "multi30k": multi30k,
     "multi30k_reference": multi30k_reference,
+    "gpt_tiny": gpt_tiny,
 }
 
 

@@ -11,6 +11,7 @@ from tfattn.config import HParams
 
 HPARAMS = HParams(
     # Model.
+    task="translation",  # A Transformer on sentence pairs.
     flavor="paper",  # Projections, W^O, residual dropout: the paper's model.
     num_layers=6,  # N = 6 (Table 3).
     num_units=512,  # d_model = 512.

@@ -18,6 +18,7 @@ from tfattn.config import HParams
 
 HPARAMS = HParams(
     # Model.
+    task="translation",  # A Transformer on sentence pairs.
     flavor="reference_2017",  # ReLU projections, no W^O, zero-row masks.
     num_layers=6,  # num_blocks = 6.
     num_units=512,  # hidden_units = 512.

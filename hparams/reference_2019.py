@@ -13,6 +13,7 @@ from tfattn.config import HParams
 
 HPARAMS = HParams(
     # Model.
+    task="translation",  # A Transformer on sentence pairs.
     flavor="reference_2019",  # Linear projections, no W^O, id-based masks.
     num_layers=6,  # --num_blocks 6.
     num_units=512,  # --d_model 512.

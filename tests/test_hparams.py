@@ -33,6 +33,7 @@ def test_registry_names():
         "reference_2019",
         "multi30k",
         "multi30k_reference",
+        "gpt_tiny",
     }
     for name, module in hparams.REGISTRY.items():
         assert module.__name__ == f"hparams.{name}"

@@ -26,6 +26,7 @@ from tfattn.training import checkpoints
 from tfattn import config
 from tfattn.training import distribute
 from tfattn.cli import errors
+from tfattn.cli import language_model
 from tfattn.training import memory
 from tfattn.training import precision
 from tfattn.training import preparation
@@ -301,6 +302,11 @@ def run_train(command, prepared, report=logging.info):
                      result.accuracy, result.tokens_per_second,
                      result.seconds)
     decoding = config.decoding_kwargs(result.hparams)
+    if result.hparams.task == "language_model":
+        if command.samples and distribute.is_chief(prepared.strategy):
+            language_model.report_continuations(result.model, result.tokenizer,
+                                  command.dataset, command.samples, report)
+        return result
     if command.samples and distribute.is_chief(prepared.strategy):
         with errors.guard_memory("translating the validation samples",
                                  lambda: decoding_advice(decoding)):
@@ -328,13 +334,18 @@ def run_eval(command, report=logging.info):
             `logging.info`.
 
     Returns:
-        dict. The metrics of `evaluation.evaluate`.
+        dict. The metrics of `evaluation.evaluate` (for a language model,
+        of `lm_evaluation.evaluate_language_model`: perplexities and
+        samples).
 
     Raises:
         errors.OutOfMemory: decoding ran out of memory.
     """
     from tfattn import data
     from tfattn.decoding import evaluation
+    if command.dataset.monolingual:
+        return language_model.run_eval(command, report,
+                                        decoding_settings(command)[1])
     spec, directory = command.dataset, command.model_dir
     decoding, average = decoding_settings(command)
     model, tokenizer, _ = run_dir.restore_model(directory,
@@ -426,6 +437,11 @@ def run_export(command, report=logging.info):
     """
     from tfattn import export
     directory = command.model_dir
+    if command.dataset.monolingual:
+        raise errors.UsageError(
+            "--mode=export writes translators; exporting a language model "
+            "is not supported yet (use CausalLM.generate, or save the "
+            "model with model.save('lm.keras')).")
     decoding, average = decoding_settings(command)
     model, tokenizer, _ = run_dir.restore_model(directory,
                                                 average_last=average)

@@ -34,7 +34,8 @@ from tfattn.config.overrides import parse_overrides  # noqa: F401  (re-exported)
 from tfattn.utils.validation import FLAVORS
 
 __all__ = [
-    "POSITIONAL_ENCODINGS", "TOKENIZER_MODEL_TYPES", "TOKENIZER_NORMALIZATIONS",
+    "TASKS", "POSITIONAL_ENCODINGS", "TOKENIZER_MODEL_TYPES",
+    "TOKENIZER_NORMALIZATIONS",
     "LEARNING_RATE_SCHEDULES", "EMBEDDINGS_INITIALIZERS", "HParams",
     "MODEL_FIELDS", "DECODING_FIELDS", "BATCH_FIELDS", "RESUMABLE_FIELDS",
     "ADDED_FIELDS", "field_names", "training_fields", "model_kwargs",
@@ -49,6 +50,7 @@ TOKENIZER_MODEL_TYPES = ("unigram", "bpe", "char", "word")
 TOKENIZER_NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf",
                             "identity")
 LEARNING_RATE_SCHEDULES = ("noam", "constant", "cosine")
+TASKS = ("translation", "language_model")
 # "glorot_uniform": Keras's default; "scaled_normal": N(0, num_units^-0.5),
 # as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale).
 EMBEDDINGS_INITIALIZERS = ("glorot_uniform", "scaled_normal")
@@ -63,6 +65,10 @@ class HParams:
     """
 
     # --- Model (the arguments of `tfattn.Transformer`, plus the vocabulary).
+    # What to train: "translation" (a `tfattn.Transformer` on sentence
+    # pairs) or "language_model" (a GPT-style `tfattn.CausalLM` on the
+    # target side of the dataset, or on monolingual text).
+    task: str
     # Which model to build: "paper", "reference_2017" or "reference_2019".
     flavor: str
     # Blocks in the encoder and in the decoder (the paper's N).
@@ -180,7 +186,7 @@ class HParams:
 # The fields that shape the model or its vocabulary (the rest is training
 # and decoding); `model_kwargs` turns them into `tfattn.Transformer`'s.
 MODEL_FIELDS = (
-    "flavor", "num_layers", "num_units", "num_heads", "ffn_units",
+    "task", "flavor", "num_layers", "num_units", "num_heads", "ffn_units",
     "dropout_rate", "attention_dropout_rate", "normalize_first",
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
     "embeddings_initializer", "vocab_size", "tokenizer_model_type",
@@ -200,7 +206,8 @@ RESUMABLE_FIELDS = (
 ) + BATCH_FIELDS + DECODING_FIELDS
 # Fields added after runs were saved, with the value that reproduces those
 # runs: a saved hparams.json without them still loads.
-ADDED_FIELDS = dict(embeddings_initializer="glorot_uniform",
+ADDED_FIELDS = dict(task="translation",
+                    embeddings_initializer="glorot_uniform",
                     eval_every_steps=0, eval_sentences=200,
                     average_checkpoints=1,
                     tokenizer_normalization="nmt_nfkc",
@@ -227,7 +234,9 @@ def training_fields():
 
 
 def model_kwargs(hp, vocab_size):
-    """`tfattn.Transformer` keyword arguments for `hp` and a trained vocab.
+    """The model's keyword arguments for `hp` and a trained vocabulary:
+    `tfattn.Transformer`'s (task "translation") or `tfattn.CausalLM`'s
+    (task "language_model").
 
     Args:
         hp: HParams.
@@ -237,9 +246,7 @@ def model_kwargs(hp, vocab_size):
     Returns:
         dict of constructor arguments (without `seed` and `dtype`).
     """
-    return dict(
-        source_vocab_size=vocab_size,
-        target_vocab_size=vocab_size,
+    common = dict(
         num_layers=hp.num_layers,
         num_units=hp.num_units,
         num_heads=hp.num_heads,
@@ -250,10 +257,13 @@ def model_kwargs(hp, vocab_size):
         normalize_first=hp.normalize_first,
         max_length=hp.max_length,
         positional_encoding=hp.positional_encoding,
-        share_embeddings=hp.share_embeddings,
         tie_output=hp.tie_output,
         embeddings_initializer=embeddings_initializer(hp),
     )
+    if hp.task == "language_model":
+        return dict(vocab_size=vocab_size, **common)
+    return dict(source_vocab_size=vocab_size, target_vocab_size=vocab_size,
+                share_embeddings=hp.share_embeddings, **common)
 
 
 def embeddings_initializer(hp):
@@ -291,6 +301,7 @@ def _check_values(hp):
 
 def _check_choices(hp):
     for name, choices in (
+            ("task", TASKS),
             ("flavor", FLAVORS),
             ("positional_encoding", POSITIONAL_ENCODINGS),
             ("tokenizer_model_type", TOKENIZER_MODEL_TYPES),

@@ -126,6 +126,12 @@ def _check_limits(hp):
     """Fields bounded by others: the average by the checkpoints kept, the
     training length by the positional table, sampling by the vocabulary's
     type, R-Drop by dropout."""
+    if hp.task == "language_model" and hp.eval_every_steps:
+        raise _invalid(
+            "eval_every_steps",
+            "0 for task='language_model' (it scores translations with "
+            "BLEU; --mode=eval reports a language model's perplexity)",
+            hp.eval_every_steps)
     if (hp.tokenizer_sampling_alpha
             and hp.tokenizer_model_type not in ("bpe", "unigram")):
         raise _invalid(

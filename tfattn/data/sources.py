@@ -15,6 +15,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from tfattn.data import monolingual
 from tfattn.data import multi30k
 from tfattn.data.multi30k import load_multi30k
 from tfattn.data.numbers import numbers_dataset
@@ -32,6 +33,7 @@ __all__ = [
     "load_pairs",
     "load_split",
     "parse_dataset_spec",
+    "parse_monolingual_spec",
 ]
 
 DATASET_KINDS = ("numbers", "multi30k", "tfds", "textfiles")
@@ -53,6 +55,8 @@ class DatasetSpec:
         data_dir: str or None. The TFDS data directory.
         manual_dir: str or None. The TFDS manual directory (Multi30k's
             `*.gz` files).
+        monolingual: bool. One side only, for a language model: the
+            records' `targets` hold the text, `inputs` are empty.
     """
 
     kind: str
@@ -61,16 +65,19 @@ class DatasetSpec:
     target_language: str | None = None
     data_dir: str | None = None
     manual_dir: str | None = None
+    monolingual: bool = False
 
     def __str__(self):
         text = self.kind + (f":{self.name}" if self.name else "")
         if self.source_language:
             text += f" ({self.source_language}->{self.target_language})"
+        elif self.monolingual and self.target_language:
+            text += f" ({self.target_language})"
         return text
 
 
 def parse_dataset_spec(text, source_language=None, target_language=None,
-                       data_dir=None, manual_dir=None):
+                       data_dir=None, manual_dir=None, monolingual=False):
     """Reads a dataset spec string and checks what it needs.
 
     Args:
@@ -83,6 +90,8 @@ def parse_dataset_spec(text, source_language=None, target_language=None,
             `numbers` takes none.
         data_dir: str or None. TFDS data directory (`multi30k`, `tfds`).
         manual_dir: str or None. TFDS manual directory (`multi30k`, `tfds`).
+        monolingual: bool. The text of one language, for a language model
+            (`parse_monolingual_spec`). Defaults to `False`.
 
     Returns:
         A `DatasetSpec`.
@@ -104,6 +113,9 @@ def parse_dataset_spec(text, source_language=None, target_language=None,
     if kind in ("tfds", "textfiles") and not name:
         raise ValueError(f"Dataset {kind!r} needs a name after ':': {usage}. "
                          f"Received: {text!r}")
+    if monolingual:
+        return parse_monolingual_spec(kind, name, source_language,
+                                      target_language, data_dir, manual_dir)
     languages = (source_language, target_language)
     if kind == "numbers":
         stray = [n for n, v in (("source_language", source_language),
@@ -171,7 +183,10 @@ def check_dataset(spec, splits=("train",)):
                 + ", ".join(missing))
     if spec.kind == "textfiles":
         for split in splits:
-            _textfile_prefix(spec, split)
+            if spec.monolingual:
+                _text_file(spec, split)
+            else:
+                _textfile_prefix(spec, split)
 
 
 def _textfile_prefix(spec, split):
@@ -194,6 +209,50 @@ def _textfile_prefix(spec, split):
                             f"expected {wanted}{hint}.")
 
 
+def parse_monolingual_spec(kind, name, source_language, target_language,
+                           data_dir, manual_dir):
+    """The `DatasetSpec` of a language model's text (see
+    `parse_dataset_spec`, whose checks of the spec string ran first).
+
+    Which text: the numbers task's words; Multi30k's `target_language`
+    side (`en` by default); a TFDS dataset's `target_language` feature
+    (`text` by default); text files `PREFIX.{split}.LANG` (or `PREFIX.LANG`
+    for the training split), LANG = `target_language` or `txt`.
+
+    Args:
+        kind, name: str. The spec's kind and name.
+        source_language: must be None (a language model reads one side).
+        target_language: str or None. The language, feature or suffix.
+        data_dir, manual_dir: str or None. As in `parse_dataset_spec`.
+
+    Returns:
+        A `DatasetSpec` with `monolingual=True`, the language in
+        `target_language`.
+
+    Raises:
+        ValueError: a source language, or an impossible combination.
+    """
+    if source_language:
+        raise ValueError(
+            "A language model reads one side of the data: give "
+            "--target_language only (the language, TFDS feature or file "
+            f"suffix). Received: source_language={source_language!r}")
+    stray = [n for n, v in (("target_language", target_language),
+                            ("data_dir", data_dir), ("manual_dir", manual_dir))
+             if v and (kind == "numbers" or (kind == "textfiles"
+                                             and n != "target_language"))]
+    if stray:
+        raise ValueError(f"The {kind!r} dataset takes no "
+                         + ", ".join(stray) + ".")
+    default = {"multi30k": "en", "tfds": "text", "textfiles": "txt"}
+    language = target_language or default.get(kind)
+    if kind == "multi30k" and language not in ("en", "de"):
+        raise ValueError("Multi30k's text is 'en' or 'de'. Received: "
+                         f"target_language={target_language!r}")
+    return DatasetSpec(kind, name or None, None, language, data_dir or None,
+                       manual_dir or None, monolingual=True)
+
+
 def load_split(spec, split="train"):
     """One split of the dataset as `{'inputs', 'targets'}` string pairs.
 
@@ -209,6 +268,8 @@ def load_split(spec, split="train"):
         FileNotFoundError, ValueError: missing or malformed data.
     """
     check_dataset(spec)
+    if spec.monolingual:
+        return _monolingual_split(spec, split)
     if spec.kind == "numbers":
         return numbers_dataset(split)
     if spec.kind == "textfiles":
@@ -223,6 +284,38 @@ def load_split(spec, split="train"):
     src, tgt = spec.source_language, spec.target_language
     return dataset.map(lambda ex: {"inputs": ex[src], "targets": ex[tgt]},
                        num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _monolingual_split(spec, split):
+    """`load_split` of a monolingual spec: `{'inputs': '', 'targets':
+    text}` records."""
+    if spec.kind == "textfiles":
+        path = _text_file(spec, split)
+        monolingual.check_text_file(path)
+        return monolingual.text_dataset(path)
+    if spec.kind == "numbers":
+        dataset, key = numbers_dataset(split), "targets"
+    elif spec.kind == "multi30k":
+        dataset = load_multi30k(split, data_dir=spec.data_dir,
+                                manual_dir=spec.manual_dir)
+        key = spec.target_language
+    else:
+        dataset, key = _load_tfds(spec, split), spec.target_language
+    return dataset.map(lambda ex: {"inputs": tf.constant(""),
+                                   "targets": ex[key]},
+                       num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _text_file(spec, split):
+    """`PREFIX.split.LANG` when it exists, else `PREFIX.LANG` (train
+    only)."""
+    candidates = [f"{spec.name}.{split}.{spec.target_language}"] + (
+        [f"{spec.name}.{spec.target_language}"] if split == "train" else [])
+    for path in candidates:
+        if tf.io.gfile.exists(path):
+            return path
+    raise FileNotFoundError(f"No text file for split {split!r}: expected "
+                            + " or ".join(candidates) + ".")
 
 
 def _tfds_name_error(name, error, known):
@@ -252,7 +345,7 @@ def _load_tfds(spec, split):
     features = builder.info.features
     keys = list(features.keys()) if hasattr(features, "keys") else []
     missing = [k for k in (spec.source_language, spec.target_language)
-               if k not in keys]
+               if k and k not in keys]
     if missing:
         raise ValueError(
             f"TFDS dataset {spec.name!r} has no feature(s) "
@@ -338,7 +431,8 @@ def build_tokenizer(spec, hp, train_pairs, model_dir, resume=False):
         # Batched: iterating scalar elements costs about 1 ms each.
         for batch in train_pairs.take(limit).batch(4096).as_numpy_iterator():
             for source, target in zip(batch["inputs"], batch["targets"]):
-                yield source.decode("utf-8")
+                if source:  # A language model's records have none.
+                    yield source.decode("utf-8")
                 yield target.decode("utf-8")
 
     logging.info("Learning a %d-piece %s vocabulary from %s.",

@@ -63,7 +63,9 @@ class CausalLM(keras.Model):
         seed: int or None. Dropout seed.
 
     Call arguments:
-        - ids: int [B, T], 0 = padding.
+        - ids: int [B, T], 0 = padding; or a `train.py` batch, the dict
+          `{"source", "target_in"}`, of which the model reads `target_in`
+          (the language-model task trains on the target side).
         - training: bool.
         - return_attention_scores: bool. Also return the self-attention
           weights, `{"decoder": [[B, H, T, T] per layer]}`.
@@ -123,6 +125,8 @@ class CausalLM(keras.Model):
         self.generate_traces = 0
 
     def build(self, ids_shape):
+        if isinstance(ids_shape, dict):
+            ids_shape = ids_shape["target_in"]
         self.token_embedding = TokenEmbedding(
             self.vocab_size, self.num_units, dtype=self.dtype_policy,
             embeddings_initializer=self.embeddings_initializer,
@@ -151,6 +155,8 @@ class CausalLM(keras.Model):
         self.built = True
 
     def call(self, ids, training=None, return_attention_scores=False):
+        if isinstance(ids, dict):  # A `train.py` batch: its target side.
+            ids = ids["target_in"]
         ids = self._check_ids(ids)
         keep = masking.padding_mask(ids)
         x = self._embed(ids, 0, training)

@@ -282,10 +282,13 @@ def _write_run_files(run, chief, write_dir, latest):
 def _log_start(run, model, start_step, total_steps):
     hp, strategy = run.hparams, run.strategy
     parameters = model.count_params()
+    kind, layers = (("CausalLM", str(hp.num_layers))
+                    if hp.task == "language_model" else
+                    ("Transformer", f"{hp.num_layers}+{hp.num_layers}"))
     logging.info(
-        "Training a %s Transformer (%s parameters, %d+%d layers of width %d, "
+        "Training a %s %s (%s parameters, %s layers of width %d, "
         "vocabulary %d) on %s from step %d to %d in %s (%d replica(s), %s).",
-        hp.flavor, f"{parameters:,}", hp.num_layers, hp.num_layers,
+        hp.flavor, kind, f"{parameters:,}", layers,
         hp.num_units, run.tokenizer.vocab_size, run.dataset, start_step,
         total_steps, run.model_dir, strategy.num_replicas_in_sync,
         run.precision.name)

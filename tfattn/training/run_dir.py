@@ -30,6 +30,7 @@ from absl import logging
 from tfattn.training import checkpoints
 from tfattn import config
 from tfattn.data.tokenizer import load_tokenizer
+from tfattn.models import CausalLM
 from tfattn.models import Transformer
 
 __all__ = [
@@ -254,7 +255,8 @@ def resolve_hparams(model_dir, requested=None):
 
 
 def build_model(hp, vocab_size, seed=None, mixed_precision=None):
-    """A built `Transformer` for the hparams (call it in a strategy scope).
+    """A built model for the hparams (call it in a strategy scope): a
+    `Transformer` (task "translation") or a `CausalLM` ("language_model").
 
     Args:
         hp: HParams.
@@ -264,9 +266,10 @@ def build_model(hp, vocab_size, seed=None, mixed_precision=None):
             `"mixed_bfloat16"`); None is float32.
 
     Returns:
-        Transformer. Built by a call on a dummy batch.
+        Transformer or CausalLM. Built by a call on a dummy batch.
     """
-    model = Transformer(**config.model_kwargs(hp, vocab_size), seed=seed,
+    model_class = CausalLM if hp.task == "language_model" else Transformer
+    model = model_class(**config.model_kwargs(hp, vocab_size), seed=seed,
                         dtype=mixed_precision or "float32")
     dummy = tf.ones([1, 2], tf.int32)
     model({"source": dummy, "target_in": dummy}, training=False)

@@ -1,0 +1,177 @@
+"""train.py's language-model task (hparams `gpt_tiny`): training on one
+side of the data, evaluation by perplexity (checked against a NumPy
+rescoring of each text on its own, unbatched), sample continuations,
+monolingual text files streamed and checked, and one-line errors."""
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+from absl import flags
+
+import hparams
+from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
+from tests.test_train_errors import _main
+from tfattn import config
+from tfattn.data import sources
+from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import EOS_ID
+from tfattn.decoding import lm_evaluation
+from tfattn.models import CausalLM
+from tfattn.training import run_dir
+
+FLAGS = flags.FLAGS
+TEXTS = ["the cat sat on the mat", "a dog ran in the park",
+         "the bird sang in the tree", "a cat ran to the tree"] * 8
+
+
+def _write(path, text):
+    mode = "wb" if isinstance(text, bytes) else "w"
+    with open(path, mode) as f:
+        f.write(text)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """gpt_tiny trained 60 steps on text files, in-process."""
+    root = tmp_path_factory.mktemp("lm")
+    _write(root / "text.train.txt", "\n".join(TEXTS) + "\n")
+    _write(root / "text.validation.txt", "\n".join(TEXTS[:4]) + "\n")
+    _write(root / "text.test.txt", "\n".join(TEXTS[:6]) + "\n")
+    model_dir = root / "run"
+    status, line = _main(
+        "--hparams=gpt_tiny", f"--dataset=textfiles:{root}/text",
+        "--hparams_overrides=vocab_size=40,num_layers=1,"
+        "checkpoint_every_steps=30,log_every_steps=30,warmup_steps=20",
+        "--train_steps=60", f"--model_dir={model_dir}")
+    FLAGS.unparse_flags()
+    assert status == 0, line
+    return root, model_dir
+
+
+def test_training_writes_a_causal_lm_with_its_task(trained):
+    _, model_dir = trained
+    saved = run_dir.load_saved_hparams(str(model_dir))
+    assert saved.task == "language_model"
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    assert isinstance(model, CausalLM)
+    assert model.output_dense is None  # tied to the token embedding
+
+
+def _numpy_nll(model, tokenizer, text):
+    """The text's negative log-likelihood, scored alone (no padding)."""
+    pieces = tokenizer.tokenize([text]).to_list()[0]
+    inputs = np.asarray([[BOS_ID] + pieces], "int32")
+    labels = pieces + [EOS_ID]
+    logits = np.asarray(model(inputs), np.float64)[0]
+    logits -= logits.max(-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return -sum(log_probs[t, label] for t, label in enumerate(labels)), len(
+        labels)
+
+
+def test_eval_reports_perplexity_equal_to_a_numpy_rescoring(trained,
+                                                            capsys):
+    root, model_dir = trained
+    status, line = _main(f"--model_dir={model_dir}", "--mode=eval",
+                         f"--dataset=textfiles:{root}/text")
+    assert status == 0, line
+    out = capsys.readouterr().out
+    assert "Perplexity on the test split:" in out
+    with open(model_dir / "metrics_test.json") as f:
+        metrics = json.load(f)
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    texts = TEXTS[:6]
+    scored = [_numpy_nll(model, tokenizer, t) for t in texts]
+    total = sum(nll for nll, _ in scored)
+    subwords = sum(n for _, n in scored)
+    words = sum(len(t.split()) + 1 for t in texts)
+    # float32 logits, log-softmax over a 40-piece vocabulary, summed over
+    # about 50 tokens: agreement to 1e-4 relative.
+    assert metrics["subwords"] == subwords and metrics["words"] == words
+    assert metrics["perplexity_per_subword"] == pytest.approx(
+        math.exp(total / subwords), rel=1e-4)
+    assert metrics["perplexity_per_word"] == pytest.approx(
+        math.exp(total / words), rel=1e-4)
+    # A model trained on these texts beats the uniform distribution.
+    assert metrics["perplexity_per_subword"] < tokenizer.vocab_size / 2
+    assert len(metrics["samples"]) == 5
+
+
+def test_continuations_start_with_their_prompts(trained):
+    _, model_dir = trained
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    continued = lm_evaluation.continue_texts(
+        model, tokenizer, ["the cat", "a dog ran"], max_new_tokens=6)
+    assert continued[0].startswith("the cat")
+    assert continued[1].startswith("a dog ran")
+    assert any(len(c.split()) > 3 for c in continued)
+
+
+def test_numbers_and_multi30k_read_one_side():
+    numbers = sources.parse_dataset_spec("numbers", monolingual=True)
+    record = next(iter(sources.load_split(numbers, "validation")))
+    assert record["inputs"].numpy() == b""
+    assert not any(c.isdigit() for c in record["targets"].numpy().decode())
+    spec = sources.parse_dataset_spec("multi30k", target_language="de",
+                                      monolingual=True)
+    assert (spec.target_language, spec.source_language) == ("de", None)
+    assert str(spec) == "multi30k (de)"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("one line\n\nthird line\n", r"text\.train\.txt:2: empty line"),
+    (b"ok\n\xff\xfe bad\n", r"text\.train\.txt:2: invalid UTF-8"),
+    ("", r"text\.train\.txt: empty file"),
+])
+def test_bad_text_files_are_one_line_naming_file_and_line(
+        tmp_path, content, message):
+    _write(tmp_path / "text.train.txt", content)
+    status, line = _main("--hparams=gpt_tiny",
+                         f"--dataset=textfiles:{tmp_path}/text",
+                         f"--model_dir={tmp_path}/run", "--train_steps=2")
+    assert status == 1 and "\n" not in line
+    assert line.startswith("Error: ") and re.search(
+        message, line), line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset=multi30k", "--source_language=en",
+      "--target_language=de"], "give --target_language only"),
+    (["--dataset=textfiles:/no/such/text"],
+     r"No text file for split 'train': expected /no/such/text\.train\.txt"),
+])
+def test_bad_language_model_runs_are_refused(tmp_path, args, message):
+    base = ["--hparams=gpt_tiny", "--dataset=numbers",
+            f"--model_dir={tmp_path}/run", "--train_steps=2"]
+    given = {a.split("=")[0] for a in args}
+    base = [a for a in base if a.split("=")[0] not in given]
+    status, line = _main(*base, *args)
+    assert status in (1, 2) and line is not None and "\n" not in line
+    assert re.search(message, line), line
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_every_steps_is_refused_for_a_language_model():
+    with pytest.raises(ValueError, match="eval_every_steps=10"):
+        config.parse_overrides(hparams.get("gpt_tiny"), "eval_every_steps=10")
+
+
+def test_export_of_a_language_model_is_one_line(trained, capsys):
+    root, model_dir = trained
+    status, _ = _main(f"--model_dir={model_dir}", "--mode=export",
+                      f"--dataset=textfiles:{root}/text")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "not supported yet" in err[0]
+    assert not (model_dir / "export").exists()
+
+
+def test_gpt_tiny_is_a_language_model_set():
+    hp = hparams.get("gpt_tiny")
+    assert hp.task == "language_model"
+    kwargs = config.model_kwargs(hp, 50)
+    model = CausalLM(**kwargs)
+    assert model.vocab_size == 50 and model.num_layers == hp.num_layers

@@ -1,0 +1,167 @@
+"""Evaluating a language model (`tfattn.CausalLM`) on texts: perplexity per
+subword and per word, and sample continuations.
+
+A text is scored as training reads it: the model sees `[BOS] + pieces` and
+predicts `pieces + [EOS]`, so the end of the text is predicted too.
+
+- Perplexity per subword: exp(total negative log-likelihood / predicted
+  pieces, EOS included). It depends on the vocabulary.
+- Perplexity per word: exp(the same total / words), words = the text's
+  whitespace-separated words plus one end-of-text per text (the <eos>
+  convention of word-level language modelling), so models with different
+  vocabularies compare on the same denominator.
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import EOS_ID
+from tfattn.utils.files import write_text_atomically
+
+__all__ = ["perplexity", "continue_texts", "sample_continuations",
+           "evaluate_language_model"]
+
+
+def _encoded(tokenizer, texts, max_length):
+    """(inputs [B, T], labels [B, T]) int32, right-padded, T <= max_length,
+    and the number of texts cut to fit (their first pieces are scored)."""
+    pieces = tokenizer.tokenize(list(texts)).to_list()
+    width = min(max(len(p) for p in pieces) + 1, max_length)
+    inputs = np.zeros((len(pieces), width), np.int32)
+    labels = np.zeros((len(pieces), width), np.int32)
+    cut = sum(len(p) + 1 > width for p in pieces)
+    for row, ids in enumerate(pieces):
+        ids = ids[:width - 1]
+        inputs[row, :len(ids) + 1] = [BOS_ID] + ids
+        labels[row, :len(ids) + 1] = ids + [EOS_ID]
+    return inputs, labels, cut
+
+
+def perplexity(model, tokenizer, texts, batch_size=64):
+    """Perplexity of `texts` under `model` (see the module docstring).
+
+    Args:
+        model: CausalLM.
+        tokenizer: SubwordTokenizer. The model's vocabulary.
+        texts: list of str. Non-empty texts.
+        batch_size: int. Texts per forward pass. Defaults to `64`.
+
+    Returns:
+        dict: `perplexity_per_subword`, `perplexity_per_word`,
+        `negative_log_likelihood` (the total, in nats), `subwords`,
+        `words`, `texts`, `cut_texts` (texts longer than the model's
+        `max_length`, scored on their first pieces).
+    """
+    total, subwords, words, cut = 0.0, 0, 0, 0
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start:start + batch_size]
+        inputs, labels, chunk_cut = _encoded(tokenizer, chunk,
+                                             model.max_length)
+        logits = ops.convert_to_numpy(model(inputs, training=False))
+        log_probs = logits - _logsumexp(logits)
+        picked = np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+        kept = labels > 0
+        total -= float(picked[kept].astype(np.float64).sum())
+        subwords += int(kept.sum())
+        words += sum(len(t.split()) + 1 for t in chunk)
+        cut += chunk_cut
+    return {
+        "perplexity_per_subword": math.exp(total / max(subwords, 1)),
+        "perplexity_per_word": math.exp(total / max(words, 1)),
+        "negative_log_likelihood": total,
+        "subwords": subwords,
+        "words": words,
+        "texts": len(texts),
+        "cut_texts": cut,
+    }
+
+
+def _logsumexp(x):
+    top = x.max(axis=-1, keepdims=True)
+    return top + np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
+
+
+def continue_texts(model, tokenizer, prompts, max_new_tokens=32,
+                   sampler="greedy", seed=0):
+    """Continues text prompts with `model.generate`.
+
+    Args:
+        model: CausalLM.
+        tokenizer: SubwordTokenizer.
+        prompts: list of str. Each is read as the start of a text (BOS,
+            then its pieces).
+        max_new_tokens: int. Pieces generated at most (capped so that the
+            longest prompt fits the model's `max_length`).
+        sampler: a sampler or its name (`CausalLM.generate`).
+        seed: int. The draws' seed.
+
+    Returns:
+        list of str: each prompt followed by its continuation, decoded
+        together (the end-of-text piece ends it).
+    """
+    pieces = tokenizer.tokenize(list(prompts)).to_list()
+    rows = [[BOS_ID] + p[:model.max_length - 2] for p in pieces]
+    room = model.max_length - max(len(r) for r in rows)
+    ids, _ = model.generate(rows, max_new_tokens=max(1, min(
+        max_new_tokens, room)), sampler=sampler, seed=seed,
+        strip_prompt=False)
+    texts = tokenizer.detokenize(tf.constant(ids)).numpy()
+    return [t.decode("utf-8") for t in texts]
+
+
+def sample_continuations(model, tokenizer, texts, count=5, **kwargs):
+    """Continues the first half of the words of the first `count` texts.
+
+    Args:
+        model: CausalLM.
+        tokenizer: SubwordTokenizer.
+        texts: list of str.
+        count: int. Texts used. Defaults to `5`.
+        **kwargs: `continue_texts`' arguments.
+
+    Returns:
+        list of (prompt, continued text, the whole original text).
+    """
+    texts = texts[:count]
+    prompts = []
+    for text in texts:
+        words = text.split()
+        prompts.append(" ".join(words[:max(1, len(words) // 2)]))
+    if not prompts:
+        return []
+    continued = continue_texts(model, tokenizer, prompts, **kwargs)
+    return list(zip(prompts, continued, texts))
+
+
+def evaluate_language_model(model, tokenizer, texts, model_dir, split,
+                            samples=5):
+    """Scores a split and writes `metrics_{split}.json` in `model_dir`.
+
+    Args:
+        model: CausalLM.
+        tokenizer: SubwordTokenizer.
+        texts: list of str. The split's texts.
+        model_dir: str. Where the metrics are written.
+        split: str. The split's name.
+        samples: int. Continuations of the split's first texts to add.
+
+    Returns:
+        dict: `perplexity`'s figures, `split`, `samples` (a list of
+        [prompt, continued, original]) and `metrics_file`.
+    """
+    metrics = perplexity(model, tokenizer, texts)
+    metrics["split"] = split
+    metrics["samples"] = [list(row) for row in sample_continuations(
+        model, tokenizer, texts, count=samples)]
+    path = os.path.join(str(model_dir), f"metrics_{split}.json")
+    metrics["metrics_file"] = path
+    tf.io.gfile.makedirs(str(model_dir))
+    write_text_atomically(path, json.dumps(metrics, indent=2,
+                                           ensure_ascii=False) + "\n")
+    return metrics
