@@ -3,6 +3,7 @@
 - `tiny`: a few-second model for tests and the generated numbers task;
 - `gpt_tiny`: the same sizes as a GPT-style language model (task
   "language_model") of the numbers task's text, in seconds;
+- `gpt_multi30k`: a 4-layer GPT-style model of one side of Multi30k;
 - `base`, `big`: "Attention Is All You Need", Table 3 base and big;
 - `reference_2017`, `reference_2019`: exactly the hyperparameters of
   Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
@@ -27,6 +28,7 @@ hp = config.parse_overrides(hparams.get("tiny"), "num_heads=2")
 
 from hparams import base
 from hparams import big
+from hparams import gpt_multi30k
 from hparams import gpt_tiny
 from hparams import multi30k
 from hparams import multi30k_reference
@@ -43,6 +45,7 @@ REGISTRY = {
     "multi30k": multi30k,
     "multi30k_reference": multi30k_reference,
     "gpt_tiny": gpt_tiny,
+    "gpt_multi30k": gpt_multi30k,
 }
 
 

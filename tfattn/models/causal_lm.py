@@ -276,8 +276,14 @@ class CausalLM(keras.Model):
         if backend == "tensorflow":
             import tensorflow as tf
 
-            return tf.function(search, jit_compile=jit_compile,
-                               autograph=False, reduce_retracing=False)
+            function = tf.function(search, jit_compile=jit_compile,
+                                   autograph=False, reduce_retracing=False)
+            # One function per key, each traced once by design: TensorFlow's
+            # "frequent retracing" warning counts the traces of all of them
+            # (one Python body) and would misread several settings as
+            # retracing.
+            function._omit_frequent_tracing_warning = True
+            return function
         if backend == "jax":
             import jax
 

@@ -1,0 +1,192 @@
+"""GPT-style language model: generation and training speed against
+keras-hub's GPT-2, in one process, same sizes, random weights.
+
+- Generation: new tokens per second at batch 1 and 16, prompts of 32
+  tokens, 64 new tokens per row (no stop token), greedy and top-p (p=0.9):
+  `tfattn.CausalLM.generate` (prompt prefilled in one pass, one compiled
+  while-loop; with and without XLA) against
+  `keras_hub.models.GPT2CausalLM.generate` (its own compiled loop, XLA)
+  with the same sampler.
+- Training: tokens per second of one `train_on_batch` step (Adam, sparse
+  cross-entropy from logits) at batch 16 x 128 tokens, each model in
+  float32 and in mixed_bfloat16, with and without XLA (the best of the four
+  is each side's best setting on this CPU).
+
+The models: 4 pre-norm layers of width 256, 4 heads, FFN 1024, vocabulary
+8,000, 128 positions, output head tied to the token embedding (GPT-2's
+layout; GPT-2's learned positions against tfattn's sinusoid, GELU against
+ReLU: the same matmul sizes).
+
+    python bench/causal_lm.py
+    python bench/causal_lm.py --quick        # smaller, for a smoke test
+    python bench/causal_lm.py --parts=generation
+"""
+
+import argparse
+import os
+
+import _repo  # noqa: F401  (puts the repository root on sys.path)
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tfattn  # noqa: E402
+from _timing import best_times  # noqa: E402
+from tfattn.decoding import samplers  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--units", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--prompt", type=int, default=32)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--train_length", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--parts", default="generation,training")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.layers, args.units, args.vocab, args.new = 1, 64, 500, 8
+        args.prompt, args.train_length, args.rounds = 8, 32, 1
+    return args
+
+
+def tfattn_lm(args):
+    keras.utils.set_random_seed(0)
+    lm = tfattn.CausalLM(
+        vocab_size=args.vocab, num_layers=args.layers, num_units=args.units,
+        num_heads=args.heads, ffn_units=4 * args.units, dropout_rate=0.0,
+        normalize_first=True, max_length=args.prompt + args.new + 32)
+    lm(np.ones((1, 4), "int32"))
+    return lm
+
+
+def hub_lm(args):
+    import keras_hub
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=args.vocab, num_layers=args.layers,
+        num_heads=args.heads, hidden_dim=args.units,
+        intermediate_dim=4 * args.units, dropout=0.0,
+        max_sequence_length=args.prompt + args.new + 32)
+    return keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+
+
+def generation(args, lm, hub):
+    import keras_hub
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for batch in [int(b) for b in args.batches.split(",")]:
+        prompts = rng.integers(4, args.vocab, (batch, args.prompt)).astype(
+            "int32")
+        total = args.prompt + args.new
+        token_ids = np.zeros((batch, total), "int32")
+        token_ids[:, :args.prompt] = prompts
+        mask = np.zeros((batch, total), bool)
+        mask[:, :args.prompt] = True
+        hub_inputs = {"token_ids": token_ids, "padding_mask": mask}
+        for name, ours, theirs in (
+                ("greedy", "greedy", "greedy"),
+                ("top-p 0.9", samplers.TopPSampler(0.9),
+                 keras_hub.samplers.TopPSampler(p=0.9))):
+            # keras-hub's compile leaves jit_compile="auto", which Keras
+            # resolves to False on TensorFlow; XLA is keras-hub's fast path.
+            hub.compile(sampler=theirs, jit_compile=True)
+
+            def run(jit):
+                return lambda: lm.generate(prompts, args.new, sampler=ours,
+                                           stop_token_ids=(), seed=1,
+                                           jit_compile=jit)
+
+            times = best_times({
+                "tfattn": run(False),
+                "tfattn XLA": run(True),
+                "keras-hub": lambda: hub.generate(hub_inputs,
+                                                  stop_token_ids=None),
+            }, rounds=args.rounds)
+            new_tokens = batch * args.new
+            rates = {k: new_tokens / v.seconds for k, v in times.items()}
+            rows.append((batch, name, rates))
+    return rows
+
+
+def training(args):
+    """Tokens/s of one train_on_batch step, per model and precision."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(4, args.vocab, (16, args.train_length + 1)).astype(
+        "int32")
+    x, y = ids[:, :-1], ids[:, 1:]
+    mask = np.ones_like(x, bool)
+    tokens = x.size
+    rates = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        for jit in (False, True):
+            keras.config.set_dtype_policy(policy)
+            loss = keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True)
+            lm, hub = tfattn_lm(args), hub_lm(args)
+            for model in (lm, hub):
+                model.compile(optimizer=keras.optimizers.Adam(1e-4),
+                              loss=loss, jit_compile=jit)
+            mode = f"{policy}{' XLA' if jit else ''}"
+            times = best_times({
+                f"tfattn {mode}": lambda: lm.train_on_batch(x, y),
+                f"keras-hub {mode}": lambda: hub.train_on_batch(
+                    {"token_ids": x, "padding_mask": mask}, y),
+            }, rounds=args.rounds, repeats=3)
+            rates.update({k: tokens / v.seconds for k, v in times.items()})
+    keras.config.set_dtype_policy("float32")
+    return rates
+
+
+def main():
+    args = parse_args()
+    cpu = next((line.split(":", 1)[1].strip() for line in open(
+        "/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"CPU: {cpu}; Keras {keras.__version__} "
+          f"({keras.config.backend()}); {args.layers} layers, width "
+          f"{args.units}, vocabulary {args.vocab}")
+    if "generation" in args.parts:
+        print_generation(args)
+    if "training" in args.parts:
+        print_training(args)
+
+
+def print_generation(args):
+    lm, hub = tfattn_lm(args), hub_lm(args)
+    print(f"\nGeneration, new tokens/s (prompt {args.prompt}, "
+          f"{args.new} new tokens):")
+    print("| batch | sampler | tfattn | tfattn XLA | keras-hub | best "
+          "tfattn / keras-hub |")
+    print("|---:|---|---:|---:|---:|---:|")
+    rows = generation(args, lm, hub)
+    for batch, name, r in rows:
+        best = max(r["tfattn"], r["tfattn XLA"])
+        print(f"| {batch} | {name} | {r['tfattn']:,.0f} | "
+              f"{r['tfattn XLA']:,.0f} | {r['keras-hub']:,.0f} | "
+              f"{best / r['keras-hub']:.2f}x |")
+    print(f"(keras-hub's generate compiled with jit_compile="
+          f"{hub.jit_compile})")
+
+
+def print_training(args):
+    rates = training(args)
+    print(f"\nTraining step, tokens/s (batch 16 x {args.train_length}):")
+    for name, rate in rates.items():
+        print(f"  {name}: {rate:,.0f}")
+    ours = max(v for k, v in rates.items() if k.startswith("tfattn"))
+    theirs = max(v for k, v in rates.items() if k.startswith("keras-hub"))
+    print(f"  best tfattn / best keras-hub: {ours / theirs:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
