@@ -306,23 +306,34 @@ def _check_overrides(values):
 
 
 @flags.multi_flags_validator(
-    ["dataset", "source_language", "target_language", "data_dir", "manual_dir"]
+    ["dataset", "source_language", "target_language", "data_dir",
+     "manual_dir", "hparams", "hparams_overrides", "model_dir"]
 )
 def _check_dataset(values):
-    # The task (translation or language model) comes with the hparams:
-    # here the spec must parse as one or the other; `_command` parses it
-    # for the run's task.
-    args = [values[name] for name in ("dataset", "source_language",
-                                      "target_language", "data_dir",
-                                      "manual_dir")]
     try:
-        sources.parse_dataset_spec(*args)
+        sources.parse_dataset_spec(
+            *[values[name] for name in ("dataset", "source_language",
+                                        "target_language", "data_dir",
+                                        "manual_dir")],
+            monolingual=_task_of(values) == "language_model")
     except ValueError as error:
-        try:
-            sources.parse_dataset_spec(*args, monolingual=True)
-        except ValueError:
-            raise flags.ValidationError(str(error))
+        raise flags.ValidationError(str(error))
     return True
+
+
+def _task_of(values):
+    """The run's task: the --hparams set's (with its overrides), else the
+    one saved in --model_dir, else translation (the default)."""
+    hp = None
+    try:
+        if values["hparams"] in hparams_sets.names():
+            hp = config.parse_overrides(hparams_sets.get(values["hparams"]),
+                                        values["hparams_overrides"])
+        elif values["model_dir"]:
+            hp = run_dir.load_saved_hparams(values["model_dir"])
+    except ValueError:
+        pass  # The overrides' or the saved file's own check reports it.
+    return hp.task if hp else "translation"
 
 
 @flags.multi_flags_validator(

@@ -139,8 +139,6 @@ def test_bad_text_files_are_one_line_naming_file_and_line(
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--dataset=multi30k", "--source_language=en",
-      "--target_language=de"], "give --target_language only"),
     (["--dataset=textfiles:/no/such/text"],
      r"No text file for split 'train': expected /no/such/text\.train\.txt"),
 ])
@@ -155,18 +153,85 @@ def test_bad_language_model_runs_are_refused(tmp_path, args, message):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_source_language_is_refused_at_flag_parsing(tmp_path):
+    with pytest.raises(flags.IllegalFlagValueError,
+                       match="give --target_language only"):
+        _main("--hparams=gpt_tiny", "--dataset=multi30k",
+              "--source_language=en", "--target_language=de",
+              f"--model_dir={tmp_path}/run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_eval_every_steps_is_refused_for_a_language_model():
     with pytest.raises(ValueError, match="eval_every_steps=10"):
         config.parse_overrides(hparams.get("gpt_tiny"), "eval_every_steps=10")
 
 
-def test_export_of_a_language_model_is_one_line(trained, capsys):
+@pytest.fixture(scope="module")
+def exported(trained):
+    """The run's export, written by `train.py --mode=export`."""
+    root, model_dir = trained
+    status, line = _main(f"--model_dir={model_dir}", "--mode=export",
+                         f"--dataset=textfiles:{root}/text")
+    FLAGS.unparse_flags()
+    assert status == 0, line
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    return tf.saved_model.load(str(model_dir / "export"))
+
+
+PROMPTS = ["the cat", "a dog ran in", "", "the " * 30]
+
+
+def test_export_continues_greedily_as_python_does(trained, exported):
+    import tensorflow as tf
+
+    _, model_dir = trained
+    out = exported.signatures["serving_default"](prompts=tf.constant(PROMPTS))
+    continuations = [c.decode() for c in out["continuations"].numpy()]
+    assert out["truncated"].numpy().tolist() == [False, False, False, True]
+    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+    python = lm_evaluation.continue_texts(
+        model, tokenizer, PROMPTS[:2], max_new_tokens=hp.decode_extra_length)
+    for prompt, whole, new in zip(PROMPTS, python, continuations):
+        # Python decodes prompt and continuation together (a continuation
+        # may go on with the prompt's last word): equal but for spaces.
+        assert whole.replace(" ", "") == (prompt + new).replace(" ", "")
+    # The scores are those of CausalLM.generate on the same prompts.
+    rows = [[BOS_ID] + p for p in tokenizer.tokenize(PROMPTS[:3]).to_list()]
+    _, scores = model.generate(rows, hp.decode_extra_length)
+    np.testing.assert_allclose(out["scores"].numpy()[:3], scores, atol=1e-4)
+
+
+def test_sample_signature_repeats_with_its_seed(exported):
+    import tensorflow as tf
+
+    def sample(seed, top_p=0.9, temperature=1.0):
+        out = exported.signatures["sample"](
+            prompts=tf.constant(PROMPTS[:3]),
+            temperature=tf.constant(temperature), top_p=tf.constant(top_p),
+            seed=tf.constant(seed))
+        return out["continuations"].numpy().tolist()
+
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2) or sample(1) != sample(3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="temperature"):
+        sample(1, temperature=0.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="top_p"):
+        sample(1, top_p=1.5)
+
+
+def test_a_ctranslate2_export_of_a_language_model_is_one_line(
+        trained, capsys):
     root, model_dir = trained
     status, _ = _main(f"--model_dir={model_dir}", "--mode=export",
+                      "--export_format=ctranslate2",
+                      f"--export_dir={model_dir}/ct2",
                       f"--dataset=textfiles:{root}/text")
     err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1 and "not supported yet" in err[0]
-    assert not (model_dir / "export").exists()
+    assert status == 2 and len(err) == 1 and "saved_model only" in err[0]
+    assert not (model_dir / "ct2").exists()
 
 
 def test_gpt_tiny_is_a_language_model_set():

@@ -52,7 +52,7 @@ def parse(*args):
         (["--hparams=small"], "Known sets: tiny, base, big"),
         (
             ["--hparams=tiny", "--hparams_overrides=heads=4"],
-            "Unknown hparams field 'heads'.*Valid fields: flavor",
+            "Unknown hparams field 'heads'.*Valid fields: task, flavor",
         ),
         (
             ["--hparams=tiny", "--hparams_overrides=num_heads"],

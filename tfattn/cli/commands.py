@@ -438,10 +438,8 @@ def run_export(command, report=logging.info):
     from tfattn import export
     directory = command.model_dir
     if command.dataset.monolingual:
-        raise errors.UsageError(
-            "--mode=export writes translators; exporting a language model "
-            "is not supported yet (use CausalLM.generate, or save the "
-            "model with model.save('lm.keras')).")
+        return language_model.run_export(command, report,
+                                         decoding_settings(command)[1])
     decoding, average = decoding_settings(command)
     model, tokenizer, _ = run_dir.restore_model(directory,
                                                 average_last=average)

@@ -1,5 +1,7 @@
 """`train.py`'s modes for a language model (task "language_model"):
-sample continuations after training, and perplexity evaluation."""
+sample continuations after training, perplexity evaluation, the export."""
+
+import os
 
 from absl import logging
 
@@ -7,7 +9,7 @@ from tfattn.cli import errors
 from tfattn.data import sources
 from tfattn.training import run_dir
 
-__all__ = ["report_continuations", "run_eval"]
+__all__ = ["report_continuations", "run_eval", "run_export"]
 
 
 def report_continuations(model, tokenizer, spec, count, report):
@@ -66,3 +68,45 @@ def run_eval(command, report=logging.info, average_last=1):
     for prompt, continued, _ in metrics["samples"]:
         report(f"  {prompt}\n    -> {continued}")
     return metrics
+
+
+def run_export(command, report=logging.info, average_last=1):
+    """`commands.run_export` for a language model: the SavedModel of
+    `tfattn.export.export_language_model` (continuations of at most the
+    hparams' `decode_extra_length` pieces).
+
+    Args:
+        command: commands.Command. The invocation (a monolingual dataset).
+        report: callable(str). Gets the line naming the export.
+        average_last: int. Checkpoints averaged.
+
+    Returns:
+        str. The path of the export.
+
+    Raises:
+        errors.UsageError: a CTranslate2 export was asked for.
+        FileExistsError: `export_dir` exists without `overwrite_export`.
+    """
+    from tfattn import export
+    if command.export_format != "saved_model":
+        raise errors.UsageError(
+            "--export_format=ctranslate2 exports translators; a language "
+            "model exports as --export_format=saved_model only (for now).")
+    directory = command.model_dir
+    model, tokenizer, hp = run_dir.restore_model(directory,
+                                                 average_last=average_last)
+    export_dir = command.export_dir or os.path.join(directory, "export")
+    overwrite = command.overwrite_export or not command.export_dir
+    if os.path.lexists(export_dir) and not overwrite:
+        raise FileExistsError(
+            f"{export_dir}: already exists; pass --overwrite_export to "
+            "replace it, or choose another --export_dir.")
+    with errors.guard_memory("exporting", lambda: (
+            "free memory used by other processes; nothing was replaced in "
+            + export_dir)):
+        path = export.export_language_model(
+            model, tokenizer, export_dir,
+            max_new_tokens=hp.decode_extra_length, overwrite=overwrite)
+    report(f"Exported a prompt-to-continuation language model (SavedModel) "
+           f"to {path}")
+    return path

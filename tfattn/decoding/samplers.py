@@ -36,7 +36,7 @@ from tfattn.utils.validation import invalid_argument
 
 __all__ = [
     "Sampler", "GreedySampler", "RandomSampler", "TopKSampler",
-    "TopPSampler", "BeamSampler", "get",
+    "TopPSampler", "BeamSampler", "get", "nucleus", "draw",
 ]
 
 _CONTEXT = "sampler"
@@ -116,7 +116,7 @@ class RandomSampler(Sampler):
         self.temperature = float(temperature)
 
     def _choose(self, log_probs, seed):
-        return _categorical(self._scaled(log_probs), seed)
+        return draw(self._scaled(log_probs), seed)
 
     def _scaled(self, log_probs):
         if self.temperature == 1.0:
@@ -144,7 +144,7 @@ class TopKSampler(RandomSampler):
     def _choose(self, log_probs, seed):
         _check_k(self.k, log_probs)
         values, indices = ops.top_k(self._scaled(log_probs), self.k)
-        choice = _categorical(values, seed)
+        choice = draw(values, seed)
         return _batch_gather(indices, choice[:, None])[:, 0]
 
     def get_config(self):
@@ -186,7 +186,7 @@ class TopPSampler(RandomSampler):
             _check_k(self.k, log_probs)
             scaled, indices = ops.top_k(scaled, self.k)
         keep = nucleus(ops.softmax(scaled, axis=-1), self.p)
-        choice = _categorical(ops.where(keep, scaled, -1e9), seed)
+        choice = draw(ops.where(keep, scaled, -1e9), seed)
         if indices is None:
             return choice
         return _batch_gather(indices, choice[:, None])[:, 0]
@@ -301,8 +301,17 @@ def _check_k(k, log_probs):
             "k", f"at most the vocabulary's {vocab} tokens", k, _CONTEXT)
 
 
-def _categorical(logits, seed):
-    """One stateless draw per row from softmax(logits): int32 [B]."""
+def draw(logits, seed):
+    """One stateless draw per row from softmax(logits).
+
+    Args:
+        logits: float32 [B, V].
+        seed: int32 tensor [2].
+
+    Returns:
+        int32 [B]. TensorFlow's `stateless_categorical` or JAX's
+        `random.categorical`; other backends raise `NotImplementedError`.
+    """
     backend = keras.config.backend()
     if backend == "tensorflow":
         import tensorflow as tf

@@ -1,10 +1,14 @@
-"""Exports of a trained `Transformer`, each a text-to-text translator.
+"""Exports of a trained `Transformer`, each a text-to-text translator,
+and of a `CausalLM`, prompts to continuations.
 
 - `export_translator` / `load_translator` (`saved_model.py`): a SavedModel
   whose `serving_default` signature runs tokenisation, the cached beam
   search and detokenisation in one TensorFlow graph.
 - `to_ctranslate2` / `load_ctranslate2` (`ctranslate2.py`): a CTranslate2
   model directory, for OpenNMT's C++ engine (float32, int8, int16).
+- `export_language_model` (`language_model.py`): a SavedModel of a
+  `CausalLM` whose signatures continue text prompts (greedy, or top-p with
+  a temperature and a seed).
 """
 
 from tfattn.utils.backend import require_tensorflow_backend
@@ -24,17 +28,21 @@ from tfattn.export.saved_model import Translator  # noqa: E402
 from tfattn.export.saved_model import export_translator  # noqa: E402
 from tfattn.export.saved_model import SavedModelTranslator  # noqa: E402
 from tfattn.export.saved_model import load_translator  # noqa: E402
+from tfattn.export.language_model import LanguageModelExport  # noqa: E402
+from tfattn.export.language_model import export_language_model  # noqa: E402
 
 __all__ = [
     "ATTENTION_SIGNATURE_KEY",
     "CTranslate2Translator",
     "KERAS_FILENAME",
+    "LanguageModelExport",
     "NotExportable",
     "SIGNATURE_KEY",
     "SavedModelTranslator",
     "Translations",
     "Translator",
     "VOCAB_FILENAME",
+    "export_language_model",
     "export_translator",
     "load_ctranslate2",
     "load_translator",
