@@ -234,6 +234,20 @@ def test_a_ctranslate2_export_of_a_language_model_is_one_line(
     assert not (model_dir / "ct2").exists()
 
 
+def test_attention_maps_of_a_language_model_are_causal(trained, tmp_path):
+    from tfattn.visualize import cli
+
+    _, model_dir = trained
+    maps, paths = cli.run(str(model_dir), "the cat sat", str(tmp_path))
+    assert set(maps.scores) == {"decoder"} and maps.source_tokens == []
+    assert maps.target_tokens[0] == "<s>"
+    for weights in maps.scores["decoder"]:  # [H, T, T] per layer
+        assert weights.shape[1] == weights.shape[2] == len(maps.target_tokens)
+        np.testing.assert_array_equal(np.triu(weights, k=1), 0.0)
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert any(p.endswith("decoder_layer0.png") for p in paths)
+
+
 def test_gpt_tiny_is_a_language_model_set():
     hp = hparams.get("gpt_tiny")
     assert hp.task == "language_model"

@@ -51,7 +51,9 @@ def main(argv):
             error, "drawing the attention", "give a shorter --text")
         print(line, file=sys.stderr)
         sys.exit(status)
-    print(f"Translation: {maps.translation}")
+    # A language model's maps have no source: they are of the text itself.
+    label = "Translation" if maps.source_tokens else "Text"
+    print(f"{label}: {maps.translation}")
     for path in paths:
         print(f"Wrote {path}")
 

@@ -54,12 +54,14 @@ class AttentionMaps(NamedTuple):
 def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
                    extra_length=50):
     """Translates `text` and returns the attention of a forward pass over the
-    translation (the teacher-forced pass that reproduces it).
+    translation (the teacher-forced pass that reproduces it). For a
+    `CausalLM`: the causal self-attention of its pass over the text itself
+    (BOS + pieces), as `"decoder"` maps, with no source tokens.
 
     Args:
-        model: a built `tfattn.Transformer`.
+        model: a built `tfattn.Transformer` or `tfattn.CausalLM`.
         tokenizer: its `SubwordTokenizer` (or the SentencePiece model bytes).
-        text: str, one source sentence.
+        text: str, one source sentence (a language model's text).
         beam_size, alpha, extra_length: the search, as the run's hparams
             say (`config.decoding_kwargs(hp)`). Default to `1` (greedy),
             `0.6` and `50`.
@@ -74,6 +76,8 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
         raise invalid_argument("text", "a non-empty sentence", text,
                                "attention_maps")
     tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    if _is_language_model(model):
+        return _language_model_maps(model, tokenizer, text)
     max_source_length, max_length = decode_lengths(model, extra_length)
     source = encode_for_translation(tokenizer, tf.constant([text]),
                                     max_source_length)
@@ -91,6 +95,27 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
             tf.constant(output or [EOS_ID], tf.int32)).numpy().decode("utf-8"),
         scores={kind: [np.asarray(w)[0] for w in scores[kind]]
                 for kind in KINDS if kind in scores},
+    )
+
+
+def _is_language_model(model):
+    from tfattn.models import CausalLM
+
+    return isinstance(model, CausalLM)
+
+
+def _language_model_maps(model, tokenizer, text):
+    """A `CausalLM`'s maps: its causal self-attention over BOS + the text's
+    pieces (cut to the model's positions), as "decoder" [H, T, T]; no
+    source, no search (the text itself is what the model reads)."""
+    pieces = tokenizer.tokenize([text]).to_list()[0][:model.max_length - 1]
+    ids = np.array([[BOS_ID] + pieces], np.int32)
+    _, scores = model(ids, return_attention_scores=True)
+    return AttentionMaps(
+        source_tokens=[],
+        target_tokens=[tokenizer.id_to_piece(i) for i in ids[0]],
+        translation=text,
+        scores={"decoder": [np.asarray(w)[0] for w in scores["decoder"]]},
     )
 
 
