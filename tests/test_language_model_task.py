@@ -222,16 +222,40 @@ def test_sample_signature_repeats_with_its_seed(exported):
         sample(1, top_p=1.5)
 
 
-def test_a_ctranslate2_export_of_a_language_model_is_one_line(
-        trained, capsys):
+@pytest.mark.cpu_sensitive
+def test_ctranslate2_generator_equals_the_model(trained):
+    """CTranslate2's decoder-only engine on the export, float32: the
+    per-token log-probabilities of tfattn's forward pass to 1e-4 (two
+    float32 engines summing in different orders over widths of 64), and
+    the same greedy continuations."""
+    import ctranslate2
+
     root, model_dir = trained
-    status, _ = _main(f"--model_dir={model_dir}", "--mode=export",
-                      "--export_format=ctranslate2",
-                      f"--export_dir={model_dir}/ct2",
-                      f"--dataset=textfiles:{root}/text")
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1 and "saved_model only" in err[0]
-    assert not (model_dir / "ct2").exists()
+    status, line = _main(f"--model_dir={model_dir}", "--mode=export",
+                         "--export_format=ctranslate2",
+                         f"--dataset=textfiles:{root}/text")
+    FLAGS.unparse_flags()
+    assert status == 0, line
+    generator = ctranslate2.Generator(str(model_dir / "ctranslate2"),
+                                      device="cpu")
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    for text in TEXTS[:4]:
+        ids = [BOS_ID] + tokenizer.tokenize([text]).to_list()[0]
+        tokens = [tokenizer.id_to_piece(i) for i in ids]
+        scored = generator.score_batch([tokens])[0].log_probs
+        logits = np.asarray(model(np.array([ids], "int32")), np.float64)[0]
+        logits -= logits.max(-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        want = [log_probs[t, ids[t + 1]] for t in range(len(ids) - 1)]
+        np.testing.assert_allclose(scored, want, atol=1e-4)
+        prompt = ids[:3]
+        ours, _ = model.generate([prompt], 6)
+        ours = [tokenizer.id_to_piece(int(i)) for i in ours[0] if i]
+        theirs = generator.generate_batch(
+            [tokens[:3]], max_length=6, sampling_topk=1,
+            include_prompt_in_result=False)[0].sequences[0]
+        # CTranslate2 leaves the end token out of its result.
+        assert [t for t in ours if t != "</s>"] == theirs
 
 
 def test_attention_maps_of_a_language_model_are_causal(trained, tmp_path):

@@ -73,7 +73,9 @@ def run_eval(command, report=logging.info, average_last=1):
 def run_export(command, report=logging.info, average_last=1):
     """`commands.run_export` for a language model: the SavedModel of
     `tfattn.export.export_language_model` (continuations of at most the
-    hparams' `decode_extra_length` pieces).
+    hparams' `decode_extra_length` pieces), or with
+    `--export_format=ctranslate2` a CTranslate2 `Generator` directory
+    (`tfattn.export.causal_lm_to_ctranslate2`).
 
     Args:
         command: commands.Command. The invocation (a monolingual dataset).
@@ -84,18 +86,16 @@ def run_export(command, report=logging.info, average_last=1):
         str. The path of the export.
 
     Raises:
-        errors.UsageError: a CTranslate2 export was asked for.
         FileExistsError: `export_dir` exists without `overwrite_export`.
+        errors.OutOfMemory: the export ran out of memory.
     """
     from tfattn import export
-    if command.export_format != "saved_model":
-        raise errors.UsageError(
-            "--export_format=ctranslate2 exports translators; a language "
-            "model exports as --export_format=saved_model only (for now).")
     directory = command.model_dir
     model, tokenizer, hp = run_dir.restore_model(directory,
                                                  average_last=average_last)
-    export_dir = command.export_dir or os.path.join(directory, "export")
+    ctranslate2 = command.export_format == "ctranslate2"
+    export_dir = command.export_dir or os.path.join(
+        directory, "ctranslate2" if ctranslate2 else "export")
     overwrite = command.overwrite_export or not command.export_dir
     if os.path.lexists(export_dir) and not overwrite:
         raise FileExistsError(
@@ -104,9 +104,16 @@ def run_export(command, report=logging.info, average_last=1):
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes; nothing was replaced in "
             + export_dir)):
-        path = export.export_language_model(
-            model, tokenizer, export_dir,
-            max_new_tokens=hp.decode_extra_length, overwrite=overwrite)
-    report(f"Exported a prompt-to-continuation language model (SavedModel) "
-           f"to {path}")
+        if ctranslate2:
+            path = export.causal_lm_to_ctranslate2(
+                model, tokenizer, export_dir, overwrite=overwrite,
+                quantization=command.ctranslate2_quantization)
+            weights = command.ctranslate2_quantization or "float32"
+            kind = f"CTranslate2 generator ({weights} weights)"
+        else:
+            path = export.export_language_model(
+                model, tokenizer, export_dir,
+                max_new_tokens=hp.decode_extra_length, overwrite=overwrite)
+            kind = "prompt-to-continuation language model (SavedModel)"
+    report(f"Exported a {kind} to {path}")
     return path

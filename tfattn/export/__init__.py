@@ -30,6 +30,7 @@ from tfattn.export.saved_model import SavedModelTranslator  # noqa: E402
 from tfattn.export.saved_model import load_translator  # noqa: E402
 from tfattn.export.language_model import LanguageModelExport  # noqa: E402
 from tfattn.export.language_model import export_language_model  # noqa: E402
+from tfattn.export.language_model import causal_lm_to_ctranslate2  # noqa: E402,E501
 
 __all__ = [
     "ATTENTION_SIGNATURE_KEY",
@@ -42,6 +43,7 @@ __all__ = [
     "Translations",
     "Translator",
     "VOCAB_FILENAME",
+    "causal_lm_to_ctranslate2",
     "export_language_model",
     "export_translator",
     "load_ctranslate2",

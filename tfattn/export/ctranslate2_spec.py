@@ -47,6 +47,7 @@ __all__ = [
     "NotExportable",
     "check_exportable",
     "transformer_spec",
+    "decoder_only_spec",
 ]
 
 EXPORTABLE_FLAVORS = ("paper", "reference_2019")
@@ -78,6 +79,16 @@ def check_exportable(model, vocabulary_size):
     if not hasattr(model, "encoder") or not hasattr(model, "flavor"):
         raise NotExportable(
             f"model: expected a built tfattn.Transformer, received {name}")
+    _check_common(
+        model, list(model.encoder.blocks) + list(model.decoder.blocks),
+        {model.source_vocab_size,
+         model.target_vocab_size or model.source_vocab_size},
+        vocabulary_size)
+
+
+def _check_common(model, blocks, vocabularies, vocabulary_size):
+    """The checks every exported model passes: flavour, float weights,
+    ReLU feed-forwards, the tokenizer's size."""
     if model.flavor == "reference_2017":
         raise NotExportable(
             "model: flavor 'reference_2017' cannot be exported to "
@@ -95,14 +106,11 @@ def check_exportable(model, vocabulary_size):
             f"model: holds quantized weights ({quantized[0]}, "
             f"{len(quantized)} in all); export the float model and pass "
             "quantization='int8' to to_ctranslate2 instead")
-    blocks = list(model.encoder.blocks) + list(model.decoder.blocks)
     activations = {str(block.activation) for block in blocks}
     if activations != {"relu"}:
         raise NotExportable(
             f"model: feed-forward activation {sorted(activations)} is not "
             "'relu', the one activation this export maps")
-    vocabularies = {model.source_vocab_size,
-                    model.target_vocab_size or model.source_vocab_size}
     if vocabularies != {vocabulary_size}:
         raise NotExportable(
             f"tokenizer: has {vocabulary_size} pieces but the model's "
@@ -240,3 +248,48 @@ def _set_projection(spec, model):
         spec.weight = _table(model.target_embedding)
         return
     _set_linear(spec, model.output_dense)
+
+
+def decoder_only_spec(model, pieces):
+    """The `ctranslate2.specs.TransformerDecoderModelSpec` of a
+    `tfattn.CausalLM` (a `ctranslate2.Generator` model), validated; the
+    same weight mapping as `transformer_spec`'s decoder, without
+    cross-attention.
+
+    Args:
+        model: a built `tfattn.CausalLM` of flavour `paper` or
+            `reference_2019`.
+        pieces: list of str, the vocabulary's pieces by id.
+
+    Returns:
+        A validated `TransformerDecoderModelSpec`.
+
+    Raises:
+        NotExportable: as `check_exportable` (flavour, quantized weights,
+            activation, vocabulary size).
+    """
+    from ctranslate2.specs import transformer_spec as ct2
+
+    if not hasattr(model, "token_embedding") or hasattr(model, "encoder"):
+        raise NotExportable("model: expected a built tfattn.CausalLM, "
+                            f"received {type(model).__name__}")
+    _check_common(model, list(model.decoder.blocks), {model.vocab_size},
+                  len(pieces))
+    pre_norm = bool(model.decoder.normalize_first)
+    spec = ct2.TransformerDecoderModelSpec.from_config(
+        model.num_layers, model.num_heads, pre_norm=pre_norm,
+        no_final_norm=not pre_norm)
+    epsilon = model.decoder.blocks[0].feed_forward_layer_norm.epsilon
+    spec.config.layer_norm_epsilon = float(epsilon)
+    spec.config.unk_token = pieces[UNK_ID]
+    spec.config.bos_token = pieces[BOS_ID]
+    spec.config.eos_token = pieces[EOS_ID]
+    spec.register_vocabulary(list(pieces))
+    _set_stack(spec.decoder, model.decoder, model.token_embedding,
+               model.positions, model.flavor == "reference_2019")
+    if model.output_dense is None:
+        spec.decoder.projection.weight = _table(model.token_embedding)
+    else:
+        _set_linear(spec.decoder.projection, model.output_dense)
+    spec.validate()
+    return spec

@@ -25,9 +25,14 @@ A client needs TensorFlow and tensorflow-text::
                             temperature=tf.constant(0.8),
                             top_p=tf.constant(0.9), seed=tf.constant(1))
 
-The directory also holds `model.keras` and `spm.model`. Lengths are fixed
-at export: `max_new_tokens` pieces per continuation at most, and prompts of
-at most `model.max_length - max_new_tokens` pieces (BOS included).
+`causal_lm_to_ctranslate2` writes the same model for CTranslate2's
+`Generator` (its decoder-only spec, `ctranslate2_spec.decoder_only_spec`):
+prompts are token lists starting with `<s>` (BOS).
+
+The SavedModel directory also holds `model.keras` and `spm.model`. Lengths
+are fixed at export: `max_new_tokens` pieces per continuation at most, and
+prompts of at most `model.max_length - max_new_tokens` pieces (BOS
+included).
 """
 
 import os
@@ -46,7 +51,7 @@ from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
 __all__ = ["SAMPLE_SIGNATURE_KEY", "LanguageModelExport",
-           "export_language_model"]
+           "export_language_model", "causal_lm_to_ctranslate2"]
 
 _CONTEXT = "export_language_model"
 SAMPLE_SIGNATURE_KEY = "sample"
@@ -220,3 +225,54 @@ def export_language_model(model, tokenizer, export_dir, max_new_tokens=50,
             f.write(model_proto)
         model.save(os.path.join(tmp, "model.keras"))
     return export_dir
+
+
+def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,
+                             overwrite=False):
+    """Writes a CTranslate2 `Generator` directory of a `CausalLM`,
+    atomically (as `to_ctranslate2`), with its `spm.model`.
+
+    Args:
+        model: a built `tfattn.CausalLM` (flavour `paper` or
+            `reference_2019`).
+        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes).
+        path: str or path-like. Local directory to create.
+        quantization: None (float32) or a CTranslate2 weight type
+            (`tfattn.export.ctranslate2.QUANTIZATIONS`).
+        overwrite: bool. Replace an existing `path`.
+
+    Returns:
+        str, the absolute `path`.
+
+    Raises:
+        NotExportable: a part of the model does not map exactly.
+        FileExistsError: `path` exists and `overwrite` is False.
+        ValueError: an invalid argument (the message names it).
+    """
+    from tfattn.export import ctranslate2 as ct2_export
+    from tfattn.export import ctranslate2_spec
+
+    context = "causal_lm_to_ctranslate2"
+    if not isinstance(overwrite, bool):
+        raise invalid_argument("overwrite", "a Python bool", overwrite,
+                               context)
+    if quantization is not None and (
+            quantization not in ct2_export.QUANTIZATIONS):
+        raise invalid_argument(
+            "quantization", "None or one of "
+            + ", ".join(ct2_export.QUANTIZATIONS), quantization, context)
+    model_proto = model_proto_of(tokenizer)
+    path = files.local_directory("path", path, context)
+    ct2_export._require_ctranslate2()
+    spec = ctranslate2_spec.decoder_only_spec(
+        model, ct2_export._pieces(model_proto))
+    with files.directory_written_atomically(path, overwrite) as tmp_dir:
+        model_dir = os.path.join(tmp_dir, "model")
+        ct2_export._save_spec(spec, model_dir, quantization)
+        for name in os.listdir(model_dir):
+            os.replace(os.path.join(model_dir, name),
+                       os.path.join(tmp_dir, name))
+        os.rmdir(model_dir)
+        with open(os.path.join(tmp_dir, "spm.model"), "wb") as f:
+            f.write(model_proto)
+    return path
