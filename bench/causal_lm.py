@@ -6,7 +6,9 @@ keras-hub's GPT-2, in one process, same sizes, random weights.
   `tfattn.CausalLM.generate` (prompt prefilled in one pass, one compiled
   while-loop; with and without XLA) against
   `keras_hub.models.GPT2CausalLM.generate` (its own compiled loop, XLA)
-  with the same sampler.
+  with the same sampler, and against CTranslate2's `Generator` on the same
+  weights (`tfattn.export.ctranslate2_spec.decoder_only_spec`), float32 and
+  int8 (`min_length` = `max_length` = 64: every row emits 64 tokens).
 - Training: tokens per second of one `train_on_batch` step (Adam, sparse
   cross-entropy from logits) at batch 16 x 128 tokens, each model in
   float32 and in mixed_bfloat16, with and without XLA (the best of the four
@@ -80,8 +82,43 @@ def hub_lm(args):
     return keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
 
 
+def ct2_generators(lm, directory):
+    """CTranslate2 `Generator`s of `lm` (float32 and int8), with piece
+    names standing for the ids (`t5` for id 5)."""
+    import ctranslate2
+
+    from tfattn.export import ctranslate2 as ct2_export
+    from tfattn.export import ctranslate2_spec
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [
+        f"t{i}" for i in range(4, lm.vocab_size)]
+    generators = {}
+    for weights in ("float32", "int8"):
+        path = os.path.join(directory, weights)
+        spec = ctranslate2_spec.decoder_only_spec(lm, pieces)
+        ct2_export._save_spec(spec, path, weights)
+        generators[weights] = ctranslate2.Generator(
+            path, device="cpu", compute_type=weights,
+            inter_threads=1, intra_threads=os.cpu_count())
+    return generators
+
+
+def ct2_run(generator, prompts, new, sampler):
+    tokens = [["<s>"] + [f"t{i}" for i in row] for row in prompts]
+    options = (dict(sampling_topk=1) if sampler == "greedy"
+               else dict(sampling_topk=0, sampling_topp=0.9))
+    return lambda: generator.generate_batch(
+        tokens, max_length=new, min_length=new,
+        include_prompt_in_result=False, max_batch_size=len(tokens),
+        **options)
+
+
 def generation(args, lm, hub):
+    import tempfile
+
     import keras_hub
+
+    ct2 = ct2_generators(lm, tempfile.mkdtemp())
 
     rng = np.random.default_rng(0)
     rows = []
@@ -107,12 +144,20 @@ def generation(args, lm, hub):
                                            stop_token_ids=(), seed=1,
                                            jit_compile=jit)
 
-            times = best_times({
+            contenders = {
                 "tfattn": run(False),
                 "tfattn XLA": run(True),
                 "keras-hub": lambda: hub.generate(hub_inputs,
                                                   stop_token_ids=None),
-            }, rounds=args.rounds)
+            }
+            for weights, generator in ct2.items():
+                contenders[f"CTranslate2 {weights}"] = ct2_run(
+                    generator, prompts, args.new, name)
+            times = best_times(contenders, rounds=args.rounds)
+            for weights in ct2:
+                lengths = {len(r.sequences[0]) for r in
+                           times[f"CTranslate2 {weights}"].output}
+                assert lengths == {args.new}, (weights, lengths)
             new_tokens = batch * args.new
             rates = {k: new_tokens / v.seconds for k, v in times.items()}
             rows.append((batch, name, rates))
@@ -165,15 +210,19 @@ def print_generation(args):
     lm, hub = tfattn_lm(args), hub_lm(args)
     print(f"\nGeneration, new tokens/s (prompt {args.prompt}, "
           f"{args.new} new tokens):")
-    print("| batch | sampler | tfattn | tfattn XLA | keras-hub | best "
-          "tfattn / keras-hub |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("| batch | sampler | tfattn | tfattn XLA | keras-hub XLA | "
+          "CTranslate2 float32 | CTranslate2 int8 | best tfattn / "
+          "keras-hub | / CTranslate2 float32 |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = generation(args, lm, hub)
     for batch, name, r in rows:
         best = max(r["tfattn"], r["tfattn XLA"])
         print(f"| {batch} | {name} | {r['tfattn']:,.0f} | "
               f"{r['tfattn XLA']:,.0f} | {r['keras-hub']:,.0f} | "
-              f"{best / r['keras-hub']:.2f}x |")
+              f"{r['CTranslate2 float32']:,.0f} | "
+              f"{r['CTranslate2 int8']:,.0f} | "
+              f"{best / r['keras-hub']:.2f}x | "
+              f"{best / r['CTranslate2 float32']:.2f}x |")
     print(f"(keras-hub's generate compiled with jit_compile="
           f"{hub.jit_compile})")
 
