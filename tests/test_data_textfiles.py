@@ -177,3 +177,31 @@ def test_parallel_dataset(tmp_path):
         for x in ds.as_numpy_iterator()
     ]
     assert got == [("one", "eins"), ("two", "zwei")]
+
+
+def test_the_training_dataset_streams_and_keeps_the_checks(tmp_path,
+                                                           monkeypatch):
+    """`parallel_dataset` (what training reads) never reads a file whole:
+    `GFile.read` is forbidden, and the pairs and the line-level checks are
+    those of the whole-file reader."""
+    src = "\ufeff  one \r\ntwo\u2028half\nthree\n"
+    tgt = "eins\nzwei\r\ndrei"
+    _write(tmp_path / "c.en", src)
+    _write(tmp_path / "c.de", tgt)
+    whole = read_parallel_files(tmp_path / "c.en", tmp_path / "c.de")
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a whole-file read")
+
+    monkeypatch.setattr(tf.io.gfile.GFile, "read", refused)
+    streamed = [(r["inputs"].decode(), r["targets"].decode()) for r in
+                parallel_dataset(tmp_path / "c", "en", "de")
+                .as_numpy_iterator()]
+    assert streamed == whole
+    _write(tmp_path / "d.en", "a\nb\n")
+    _write(tmp_path / "d.de", "x\n\nz\n")
+    with pytest.raises(ParallelDataError, match=r"d\.de:2: empty line"):
+        parallel_dataset(tmp_path / "d", "en", "de")
+    _write(tmp_path / "d.de", "x\n")
+    with pytest.raises(ParallelDataError, match="has 2 lines but .* has 1"):
+        parallel_dataset(tmp_path / "d", "en", "de")

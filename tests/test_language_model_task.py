@@ -124,7 +124,7 @@ def test_numbers_and_multi30k_read_one_side():
 @pytest.mark.parametrize("content, message", [
     ("one line\n\nthird line\n", r"text\.train\.txt:2: empty line"),
     (b"ok\n\xff\xfe bad\n", r"text\.train\.txt:2: invalid UTF-8"),
-    ("", r"text\.train\.txt: empty file"),
+    ("", r"text\.train\.txt: the file is empty"),
 ])
 def test_bad_text_files_are_one_line_naming_file_and_line(
         tmp_path, content, message):

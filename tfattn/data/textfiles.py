@@ -1,4 +1,4 @@
-"""A user's own parallel text files, read whole and checked line by line.
+"""A user's own parallel text files, checked line by line.
 
 Layout. One split is a pair of files that share a prefix and differ only in
 the language suffix: `PREFIX.SRC` and `PREFIX.TGT`, e.g. `corpus/train.en` and
@@ -12,9 +12,12 @@ leading byte-order mark is dropped), one sentence per line, lines end in
 and trailing whitespace of each line is removed. Paths may be anything that
 `tf.io.gfile` reads (local paths, `gs://...`).
 
-Checks. A file is read completely before anything is returned, and every
-problem raises `ParallelDataError` (a `ValueError`) whose message starts
-with `path:line:` where a line is at fault:
+Checks. Both files are checked completely before anything is returned
+(`read_parallel_files` reads them whole; `parallel_dataset`, what training
+reads, checks them in one streaming pass and then streams them with
+`tf.data`, so its memory does not grow with the corpus), and every problem
+raises `ParallelDataError` (a `ValueError`) whose message starts with
+`path:line:` where a line is at fault:
 
 - a missing file (or a directory where a file was expected);
 - an empty file;
@@ -26,18 +29,21 @@ with `path:line:` where a line is at fault:
 
 import tensorflow as tf
 
-from tfattn.data.pipeline import pairs_to_dataset
 from tfattn.utils.validation import invalid_argument
 
 __all__ = [
     "DEFAULT_SPLITS",
     "ParallelDataError",
+    "checked_line",
+    "check_parallel_files",
     "decode_lines",
     "load_parallel",
     "load_parallel_splits",
     "parallel_dataset",
     "read_lines",
     "read_parallel_files",
+    "stream_lines",
+    "strip_line",
     "split_prefix",
 ]
 
@@ -91,22 +97,104 @@ def decode_lines(data, path):
         raw_lines.pop()  # The newline that ends the last line.
     if not raw_lines:
         raise ParallelDataError(path, "the file is empty")
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ParallelDataError(
-                path,
-                f"invalid UTF-8 at byte {error.start + 1} of the line "
-                f"({raw[error.start : error.end]!r}: {error.reason})",
-                line=number,
-            ) from None
-        text = text.strip()
-        if not text:
-            raise ParallelDataError(path, "empty line", line=number)
-        lines.append(text)
-    return lines
+    return [checked_line(raw, path, number)
+            for number, raw in enumerate(raw_lines, start=1)]
+
+
+def checked_line(raw, path, number):
+    """One line's bytes (without its newline) as stripped text.
+
+    Args:
+        raw: bytes. The line (a trailing `\\r` is whitespace).
+        path: str. The file, for error messages.
+        number: int. The 1-based line number, for error messages.
+
+    Returns:
+        str. The decoded line, surrounding whitespace removed.
+
+    Raises:
+        ParallelDataError: the line is not UTF-8, or is empty.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ParallelDataError(
+            path,
+            f"invalid UTF-8 at byte {error.start + 1} of the line "
+            f"({raw[error.start : error.end]!r}: {error.reason})",
+            line=number,
+        ) from None
+    text = text.strip()
+    if not text:
+        raise ParallelDataError(path, "empty line", line=number)
+    return text
+
+
+def stream_lines(path):
+    """Yields the checked lines of a file one at a time (as
+    `decode_lines`, without holding the file): memory stays bounded.
+
+    Args:
+        path: str. Any path `tf.io.gfile` reads.
+
+    Yields:
+        str, each line stripped.
+
+    Raises:
+        ParallelDataError: missing, a directory, empty, or a bad line.
+    """
+    path = str(path)
+    if not tf.io.gfile.exists(path):
+        raise ParallelDataError(path, "file not found")
+    if tf.io.gfile.isdir(path):
+        raise ParallelDataError(path, "is a directory, expected a text file")
+    number = 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            yield checked_line(raw.rstrip(b"\n"), path, number)
+    if not number:
+        raise ParallelDataError(path, "the file is empty")
+
+
+def check_parallel_files(source_path, target_path):
+    """Checks two line-aligned files in one streaming pass (each line as
+    `decode_lines` checks it, then equal line counts), holding one line of
+    each at a time.
+
+    Args:
+        source_path, target_path: str. The two files.
+
+    Returns:
+        int. The number of line pairs.
+
+    Raises:
+        ParallelDataError: as `read_parallel_files`.
+    """
+    source_path, target_path = str(source_path), str(target_path)
+    for path in (source_path, target_path):
+        if not tf.io.gfile.exists(path):
+            raise ParallelDataError(path, "file not found")
+    counts = [0, 0]
+    sources, targets = stream_lines(source_path), stream_lines(target_path)
+    done = [False, False]
+    while not all(done):
+        for side, lines in ((0, sources), (1, targets)):
+            if not done[side]:
+                try:
+                    next(lines)
+                    counts[side] += 1
+                except StopIteration:
+                    done[side] = True
+    if counts[0] != counts[1]:
+        raise ParallelDataError(
+            source_path,
+            f"line counts differ: {source_path} has {counts[0]} lines "
+            f"but {target_path} has {counts[1]} lines (line i of one "
+            "file must translate line i of the other)",
+        )
+    return counts[0]
 
 
 def read_lines(path):
@@ -261,7 +349,10 @@ def parallel_dataset(prefix, source_lang, target_lang, split=None):
 
     Returns:
         A `tf.data.Dataset` whose elements are dicts with `'inputs'` (source)
-        and `'targets'` (target) `tf.string` scalars, in file order.
+        and `'targets'` (target) `tf.string` scalars, in file order. The
+        files are checked in one streaming pass first
+        (`check_parallel_files`), then streamed by `tf.data`: memory does
+        not grow with the corpus.
 
     Raises:
         ParallelDataError: see `read_parallel_files`.
@@ -270,4 +361,27 @@ def parallel_dataset(prefix, source_lang, target_lang, split=None):
         if not isinstance(split, str) or not split:
             raise invalid_argument("split", "a split name or None", split)
         prefix = split_prefix(str(prefix), split)
-    return pairs_to_dataset(load_parallel(prefix, source_lang, target_lang))
+    source_lang = _check_lang("source_lang", source_lang)
+    target_lang = _check_lang("target_lang", target_lang)
+    paths = [f"{prefix}.{source_lang}", f"{prefix}.{target_lang}"]
+    check_parallel_files(*paths)
+    lines = [tf.data.TextLineDataset(path) for path in paths]
+
+    def record(source, target):
+        return {"inputs": strip_line(source), "targets": strip_line(target)}
+
+    return tf.data.Dataset.zip(tuple(lines)).map(
+        record, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def strip_line(line):
+    """A `tf.string` line as `checked_line` reads it: a byte-order mark
+    dropped, surrounding whitespace removed.
+
+    Args:
+        line: `tf.string` tensor. A line of a checked file.
+
+    Returns:
+        `tf.string` tensor of the same shape.
+    """
+    return tf.strings.strip(tf.strings.regex_replace(line, "^\ufeff", ""))
