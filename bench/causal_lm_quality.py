@@ -10,9 +10,10 @@ validation (and test) perplexity per subword, summed over every target
 piece in NumPy from each model's logits.
 
 Sizes: `gpt_multi30k`'s (4 pre-norm layers of width 128, 4 heads, FFN 256,
-dropout 0.3, tied head); keras-hub's `GPT2Backbone` with the same layers,
-width, heads, FFN and dropout (GPT-2's learned positions and GELU against
-tfattn's sinusoid and ReLU).
+dropout 0.3, tied head, token table from N(0, 128^-0.5)); keras-hub's
+`GPT2Backbone` with the same layers, width, heads, FFN and dropout (GPT-2's
+learned positions, GELU and its own initializers against tfattn's
+sinusoid and ReLU).
 
     python bench/causal_lm_quality.py --manual_dir=DIR   # Multi30k's *.gz
 """
@@ -47,6 +48,10 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout", type=float, default=0.3)
+    parser.add_argument("--tfattn_embeddings_initializer",
+                        default="scaled_normal",
+                        help="gpt_multi30k's (N(0, C^-0.5)); "
+                        "'glorot_uniform' is CausalLM's default")
     return parser.parse_args()
 
 
@@ -79,8 +84,9 @@ def build(args, vocab, kind):
         model = tfattn.CausalLM(
             vocab_size=vocab, num_layers=4, num_units=128, num_heads=4,
             ffn_units=256, dropout_rate=args.dropout, normalize_first=True,
-            max_length=args.length, embeddings_initializer="glorot_uniform",
-            seed=args.seed)
+            max_length=args.length,
+            embeddings_initializer=_initializer(
+                args.tfattn_embeddings_initializer), seed=args.seed)
     else:
         import keras_hub
 
@@ -96,6 +102,12 @@ def build(args, vocab, kind):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[])
     return model
+
+
+def _initializer(name):
+    if name == "scaled_normal":  # tfattn.config's, for width 128.
+        return keras.initializers.RandomNormal(stddev=128 ** -0.5)
+    return name
 
 
 def inputs(kind, x):
