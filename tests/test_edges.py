@@ -181,6 +181,19 @@ def test_attention_refuses_strings_naming_the_argument(argument):
         layer(**inputs)
 
 
+def test_a_subclass_with_keras_call_names_is_called_by_keyword():
+    # Keras's own tests call the layer as layer(query=..., value=...):
+    # the dtype check must not need a positional first input.
+    from tests.peers.keras_mha_adapter import KerasAPIMultiHeadAttention
+
+    x = np.ones((1, 3, 4), "float32")
+    layer = KerasAPIMultiHeadAttention(num_heads=2, key_dim=2)
+    assert tuple(layer(query=x, value=x).shape) == (1, 3, 4)
+    fresh = KerasAPIMultiHeadAttention(num_heads=2, key_dim=2)
+    with pytest.raises(ValueError, match=r"`value`.*dtype string"):
+        fresh(query=x, value=tf.constant([["a"] * 4] * 3))
+
+
 @pytest.mark.parametrize("dtype", ["bool", "int32"])
 def test_attention_casts_bools_and_ints_as_keras_does(dtype):
     x = (np.arange(24).reshape(1, 6, 4) % 3 == 0).astype(dtype)

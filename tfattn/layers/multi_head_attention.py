@@ -20,6 +20,7 @@ from tfattn.utils.validation import FLAVORS
 __all__ = ["MultiHeadAttention"]
 
 _CONTEXT = "MultiHeadAttention"
+_INPUT_NAMES = ("queries", "keys", "values", "query", "key", "value")
 
 
 @keras.saving.register_keras_serializable(package="tfattn")
@@ -255,17 +256,19 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
         self.sliding_window = sliding_window
         self.supports_masking = True
 
-    def __call__(self, queries, *args, **kwargs):
+    def __call__(self, *args, **kwargs):
         # The inputs' dtype is checked before Keras builds the layer from
         # their shapes, so a tensor of strings is refused for its dtype,
         # naming its argument, not for a rank or a Dense error. Ints and
         # bools are cast, as keras.layers.MultiHeadAttention casts them.
-        inputs = dict(zip(("keys", "values"), args[:2]))
-        inputs.update((name, kwargs[name]) for name in ("keys", "values")
+        # Inputs may come by position or by name (Keras's own names too,
+        # for subclasses with Keras's call signature).
+        inputs = dict(zip(("queries", "keys", "values"), args[:3]))
+        inputs.update((name, kwargs[name]) for name in _INPUT_NAMES
                       if kwargs.get(name) is not None)
-        for name, x in dict(queries=queries, **inputs).items():
+        for name, x in inputs.items():
             _check_numeric(name, x)
-        return super().__call__(queries, *args, **kwargs)
+        return super().__call__(*args, **kwargs)
 
     def build(self, queries_shape, keys_shape=None, values_shape=None):
         keys_shape = queries_shape if keys_shape is None else keys_shape
