@@ -437,12 +437,7 @@ def run_export(command, report=logging.info):
     """
     from tfattn import export
     directory = command.model_dir
-    if command.dataset.monolingual:
-        return language_model.run_export(command, report,
-                                         decoding_settings(command)[1])
     decoding, average = decoding_settings(command)
-    model, tokenizer, _ = run_dir.restore_model(directory,
-                                                average_last=average)
     export_dir = command.export_dir or os.path.join(
         directory, DEFAULT_EXPORT_DIRS[command.export_format])
     overwrite = command.overwrite_export or not command.export_dir
@@ -450,6 +445,11 @@ def run_export(command, report=logging.info):
         raise FileExistsError(
             f"{export_dir}: already exists; pass --overwrite_export to "
             "replace it, or choose another --export_dir.")
+    if command.dataset.monolingual:
+        return language_model.run_export(command, export_dir, overwrite,
+                                         report, average)
+    model, tokenizer, _ = run_dir.restore_model(directory,
+                                                average_last=average)
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes, or export on a machine "
             "with more memory; nothing was replaced in " + export_dir)):

@@ -1,8 +1,6 @@
 """`train.py`'s modes for a language model (task "language_model"):
 sample continuations after training, perplexity evaluation, the export."""
 
-import os
-
 from absl import logging
 
 from tfattn.cli import errors
@@ -70,7 +68,8 @@ def run_eval(command, report=logging.info, average_last=1):
     return metrics
 
 
-def run_export(command, report=logging.info, average_last=1):
+def run_export(command, export_dir, overwrite, report=logging.info,
+               average_last=1):
     """`commands.run_export` for a language model: the SavedModel of
     `tfattn.export.export_language_model` (continuations of at most the
     hparams' `decode_extra_length` pieces), or with
@@ -79,6 +78,8 @@ def run_export(command, report=logging.info, average_last=1):
 
     Args:
         command: commands.Command. The invocation (a monolingual dataset).
+        export_dir: str. Where the export goes (checked by the caller).
+        overwrite: bool. Replace an existing `export_dir`.
         report: callable(str). Gets the line naming the export.
         average_last: int. Checkpoints averaged.
 
@@ -86,21 +87,12 @@ def run_export(command, report=logging.info, average_last=1):
         str. The path of the export.
 
     Raises:
-        FileExistsError: `export_dir` exists without `overwrite_export`.
         errors.OutOfMemory: the export ran out of memory.
     """
     from tfattn import export
-    directory = command.model_dir
-    model, tokenizer, hp = run_dir.restore_model(directory,
+    model, tokenizer, hp = run_dir.restore_model(command.model_dir,
                                                  average_last=average_last)
     ctranslate2 = command.export_format == "ctranslate2"
-    export_dir = command.export_dir or os.path.join(
-        directory, "ctranslate2" if ctranslate2 else "export")
-    overwrite = command.overwrite_export or not command.export_dir
-    if os.path.lexists(export_dir) and not overwrite:
-        raise FileExistsError(
-            f"{export_dir}: already exists; pass --overwrite_export to "
-            "replace it, or choose another --export_dir.")
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes; nothing was replaced in "
             + export_dir)):
