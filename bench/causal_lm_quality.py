@@ -52,6 +52,12 @@ def parse_args():
                         default="scaled_normal",
                         help="gpt_multi30k's (N(0, C^-0.5)); "
                         "'glorot_uniform' is CausalLM's default")
+    parser.add_argument("--tfattn_activation", default="relu",
+                        help="the feed-forward activation ('gelu': GPT's)")
+    parser.add_argument("--tfattn_positional_encoding", default="sinusoid",
+                        help="'learned': GPT's")
+    parser.add_argument("--models", default="tfattn,keras-hub",
+                        help="which to train, comma-separated")
     return parser.parse_args()
 
 
@@ -84,7 +90,8 @@ def build(args, vocab, kind):
         model = tfattn.CausalLM(
             vocab_size=vocab, num_layers=4, num_units=128, num_heads=4,
             ffn_units=256, dropout_rate=args.dropout, normalize_first=True,
-            max_length=args.length,
+            max_length=args.length, activation=args.tfattn_activation,
+            positional_encoding=args.tfattn_positional_encoding,
             embeddings_initializer=_initializer(
                 args.tfattn_embeddings_initializer), seed=args.seed)
     else:
@@ -148,8 +155,10 @@ def main():
     evaluation = {split: encode(tokenizer, texts(args, split), args.length)
                   for split in ("validation", "test")}
     print(f"vocabulary {vocab}, {len(rows)} training captions, {args.steps} "
-          f"steps of {args.batch} captions, seed {args.seed}")
-    for kind in ("tfattn", "keras-hub"):
+          f"steps of {args.batch} captions, seed {args.seed}; tfattn: "
+          f"{args.tfattn_activation}, {args.tfattn_positional_encoding} "
+          f"positions, {args.tfattn_embeddings_initializer} embeddings")
+    for kind in args.models.split(","):
         model = build(args, vocab, kind)
         begin = time.time()
         model.fit(inputs(kind, x), y, sample_weight=(y > 0).astype("float32"),

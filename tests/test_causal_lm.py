@@ -222,6 +222,29 @@ def test_untied_head_and_learned_positions():
         np.testing.assert_allclose(scores[row], want_score, atol=1e-4)
 
 
+def _numpy_gelu(x):
+    """Exact GELU, x·Φ(x) (Hendrycks and Gimpel), Φ from math.erf."""
+    from math import erf, sqrt
+    return x * 0.5 * (1.0 + np.vectorize(erf)(x / sqrt(2.0)))
+
+
+def test_gelu_feed_forward_is_numpy_gelu_and_round_trips(tmp_path):
+    lm = tiny_lm(seed=5, activation="gelu")
+    ffn = lm.decoder.blocks[0].feed_forward
+    x = np.random.default_rng(0).normal(size=(2, 3, 16)).astype("float32")
+    w1, b1 = (_np(w) for w in ffn.inner_dense.weights)
+    w2, b2 = (_np(w) for w in ffn.outer_dense.weights)
+    want = _numpy_gelu(x.astype(np.float64) @ w1 + b1) @ w2 + b2
+    # float32 sums of 16 and 32 terms of unit scale: 1e-5 holds them.
+    np.testing.assert_allclose(_np(ffn(x)), want, atol=1e-5)
+    path = str(tmp_path / "gelu.keras")
+    lm.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config()["activation"] == "gelu"
+    ids = np.array([[5, 6, 7]], "int32")
+    np.testing.assert_array_equal(_np(loaded(ids)), _np(lm(ids)))
+
+
 # --------------------------------------------------------------------------
 # Samplers against NumPy.
 
@@ -331,6 +354,9 @@ def test_top_k_above_the_vocabulary_is_refused(lm):
     (dict(num_units=15), "num_units.*multiple of num_heads"),
     (dict(normalize_first="yes"), "normalize_first='yes'"),
     (dict(flavor="reference_2019", tie_output=False), "tie_output"),
+    (dict(activation="swirl"), "activation='swirl'"),
+    (dict(flavor="reference_2019", activation="gelu"),
+     "reference fixes.*activation='gelu'"),
 ])
 def test_constructor_refuses_bad_arguments(kwargs, match):
     args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,

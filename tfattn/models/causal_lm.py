@@ -13,7 +13,9 @@ from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models import _ids
 from tfattn.models import _prompts
+from tfattn.models.layout import checked_activation
 from tfattn.models.layout import checked_layout
+from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
 from tfattn.utils import validation
 
@@ -60,6 +62,9 @@ class CausalLM(keras.Model):
             the flavour's, tied in paper and reference_2019).
         embeddings_initializer: a Keras initializer of the token table.
             Defaults to `"glorot_uniform"`.
+        activation: the feed-forward activation, a Keras activation name
+            or callable. Defaults to `"relu"` (the paper's and the
+            references', which fix it); `"gelu"` is GPT's.
         seed: int or None. Dropout seed.
 
     Call arguments:
@@ -87,8 +92,8 @@ class CausalLM(keras.Model):
                  ffn_units=2048, dropout_rate=0.1, attention_dropout_rate=None,
                  flavor="paper", normalize_first=None, max_length=256,
                  positional_encoding=None, tie_output=None,
-                 embeddings_initializer="glorot_uniform", seed=None,
-                 **kwargs):
+                 embeddings_initializer="glorot_uniform", activation="relu",
+                 seed=None, **kwargs):
         """Checks the arguments; the sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, _CONTEXT)
         if normalize_first is not None:
@@ -102,6 +107,8 @@ class CausalLM(keras.Model):
                 ffn_units, dropout_rate, attention_dropout_rate, flavor,
                 pre_norm, max_length, positional_encoding, None, tie_output,
                 embeddings_initializer, context=_CONTEXT))
+        block_args["activation"] = checked_activation(
+            activation, flavor, _CONTEXT)
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.num_layers = num_layers
@@ -116,6 +123,7 @@ class CausalLM(keras.Model):
         self.positional_encoding = positional_encoding
         self.tie_output = tie_output
         self.embeddings_initializer = initializer
+        self.activation = activation
         self.seed = seed
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
@@ -375,6 +383,8 @@ class CausalLM(keras.Model):
             tie_output=self.tie_output,
             embeddings_initializer=keras.initializers.serialize(
                 self.embeddings_initializer),
+            activation=serialized_activation(self.activation),
             seed=self.seed,
         )
         return with_sublayer_policies(self, config)
+

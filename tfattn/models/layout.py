@@ -113,3 +113,39 @@ def _resolve(name, value, defaults, flavor, context, fixed=True):
             "reference fixes", value, context,
         )
     return value
+
+
+def checked_activation(activation, flavor, context=_CONTEXT):
+    """The feed-forward activation, checked; the reference flavours fix
+    ReLU.
+
+    Args:
+        activation: a Keras activation name or callable.
+        flavor: str. The model's flavour.
+        context: str. The model that checks; prefixes the messages.
+
+    Returns:
+        `activation`, as given (`get_config` stores what the user passed).
+
+    Raises:
+        ValueError: naming `activation`, for an unknown one or one that a
+            reference flavour does not use.
+    """
+    try:
+        function = keras.activations.get(activation)
+    except (ValueError, TypeError) as error:
+        raise validation.invalid_argument(
+            "activation", "a Keras activation name or a callable",
+            activation, context) from error
+    if flavor != "paper" and function is not keras.activations.relu:
+        raise validation.invalid_argument(
+            "activation", f"'relu' in flavor '{flavor}', which the "
+            "reference fixes", activation, context)
+    return activation
+
+
+def serialized_activation(activation):
+    """`activation` for `get_config`: a name as is, a callable serialized."""
+    if isinstance(activation, str):
+        return activation
+    return keras.activations.serialize(activation)
