@@ -7,10 +7,13 @@
 - `tokenizer`: a joint SentencePiece vocabulary used inside the TF graph.
 - `pipeline`: tokenize, filter, bucket and batch into
   `({'source', 'target_in'}, labels)` int32 batches.
+- `masking`: BERT's masking for masked-LM training (`MaskGenerator`).
 - `sources`: dataset spec strings (`numbers`, `multi30k`, `tfds:NAME`,
   `textfiles:PREFIX`), their splits, and a run's vocabulary.
 """
 
+from tfattn.data.masking import MaskGenerator
+from tfattn.data.masking import word_starts
 from tfattn.data.multi30k import Multi30k
 from tfattn.data.multi30k import Multi30kDownloadError
 from tfattn.data.multi30k import load_multi30k
@@ -39,6 +42,8 @@ from tfattn.data.tokenizer import load_tokenizer
 from tfattn.data.tokenizer import train_tokenizer
 
 __all__ = [
+    "MaskGenerator",
+    "word_starts",
     "Multi30k",
     "Multi30kDownloadError",
     "load_multi30k",

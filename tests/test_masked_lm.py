@@ -1,0 +1,179 @@
+"""`tfattn.models.MaskedLM`, `TextEncoder` and `SequenceClassifier`, on any
+backend (CI runs this file under TensorFlow and again under JAX).
+
+References, independent of the code under test:
+- the masked-LM head against NumPy from its formulas (Dense, GELU from
+  `math.erf`, layer norm, tied projection plus bias), fed the encoder's own
+  output, and the gathered positions against NumPy indexing of the full
+  logits;
+- the classifier's pooling against NumPy (the first row, the mean over the
+  real tokens) followed by its Dense;
+- bidirectionality and padding against the definition: a later token
+  changes an earlier position's vector, padding changes no real token's;
+- `load_encoder` against the weights it read (copied exactly).
+"""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tfattn.models import MaskedLM
+from tfattn.models import SequenceClassifier
+from tfattn.models import TextEncoder
+
+VOCAB = 40
+IDS = np.array([[2, 5, 6, 7, 8, 3, 0, 0],
+                [2, 9, 10, 11, 12, 13, 14, 3]], "int32")
+
+
+def _np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def tiny(cls=MaskedLM, seed=0, **kwargs):
+    keras.utils.set_random_seed(seed)
+    args = dict(vocab_size=VOCAB, num_layers=2, num_units=16, num_heads=2,
+                ffn_units=32, max_length=16, dropout_rate=0.0)
+    args.update(kwargs)
+    model = cls(**args)
+    model(IDS)
+    return model
+
+
+@pytest.fixture(scope="module")
+def mlm():
+    return tiny(activation="gelu")
+
+
+def _gelu(x):
+    return x * 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def _numpy_head(mlm, x):
+    kernel, bias = (_np(w).astype(np.float64)
+                    for w in mlm.head_dense.weights)
+    gamma, beta = (_np(w).astype(np.float64) for w in mlm.head_norm.weights)
+    h = _gelu(x @ kernel + bias)
+    mean = h.mean(-1, keepdims=True)
+    var = ((h - mean) ** 2).mean(-1, keepdims=True)
+    h = (h - mean) / np.sqrt(var + mlm.layer_norm_epsilon) * gamma + beta
+    table = _np(mlm.token_embedding.embeddings).astype(np.float64)
+    if mlm.token_embedding.zero_pad:  # padding's row is the zero vector
+        table[0] = 0.0
+    return h @ table.T + _np(mlm.head_bias)
+
+
+def test_head_is_numpy_dense_gelu_norm_and_tied_projection(mlm):
+    x = _np(mlm.text_encoder(IDS)).astype(np.float64)
+    want = _numpy_head(mlm, x)
+    # float32 sums of 16 terms, then 16-term norms and projections: 1e-4
+    # absolute on logits of unit scale.
+    np.testing.assert_allclose(_np(mlm(IDS)), want, atol=1e-4)
+
+
+def test_mask_positions_gather_the_full_logits(mlm):
+    positions = np.array([[1, 4, 0], [7, 2, 2]], "int32")
+    full = _np(mlm(IDS))
+    got = _np(mlm({"token_ids": IDS, "mask_positions": positions}))
+    want = np.take_along_axis(full, positions[..., None], axis=1)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_every_position_sees_both_sides_and_never_padding(mlm):
+    changed = IDS.copy()
+    changed[0, 4] = 20  # a later token changes an earlier vector
+    a, b = _np(mlm.text_encoder(IDS)), _np(mlm.text_encoder(changed))
+    assert np.abs(a[0, 1] - b[0, 1]).max() > 1e-4
+    longer = np.concatenate([IDS, np.zeros((2, 4), "int32")], axis=1)
+    c = _np(mlm.text_encoder(longer))
+    np.testing.assert_allclose(c[0, :6], a[0, :6], atol=1e-5)
+
+
+def test_keras_file_round_trip(tmp_path, mlm):
+    path = str(tmp_path / "mlm.keras")
+    mlm.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(_np(loaded(IDS)), _np(mlm(IDS)))
+    assert loaded.get_config() == mlm.get_config()
+
+
+@pytest.mark.parametrize("pooling", ["first", "mean"])
+def test_classifier_pools_then_dense(pooling):
+    model = tiny(SequenceClassifier, seed=2, num_classes=3, pooling=pooling)
+    x = _np(model.text_encoder(IDS)).astype(np.float64)
+    if pooling == "first":
+        pooled = x[:, 0]
+    else:
+        keep = (IDS != 0)[..., None]
+        pooled = (x * keep).sum(1) / keep.sum(1)
+    kernel, bias = (_np(w) for w in model.output_dense.weights)
+    np.testing.assert_allclose(_np(model(IDS)), pooled @ kernel + bias,
+                               atol=1e-5)
+
+
+def test_from_masked_lm_copies_the_encoder_and_round_trips(tmp_path, mlm):
+    model = SequenceClassifier.from_masked_lm(mlm, num_classes=2,
+                                              pooling="mean")
+    for got, want in zip(model.text_encoder.weights,
+                         mlm.text_encoder.weights):
+        np.testing.assert_array_equal(_np(got), _np(want))
+    np.testing.assert_array_equal(_np(model.text_encoder(IDS)),
+                                  _np(mlm.text_encoder(IDS)))
+    path = str(tmp_path / "classifier.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(_np(loaded(IDS)), _np(model(IDS)))
+    assert loaded.get_config() == model.get_config()
+
+
+def test_loading_an_encoder_of_other_shapes_is_refused_and_copies_nothing(
+        mlm):
+    model = tiny(SequenceClassifier, seed=3, num_units=32, ffn_units=32)
+    before = [_np(w) for w in model.weights]
+    with pytest.raises(ValueError, match="masked_lm.*shape"):
+        model.load_encoder(mlm)
+    for got, want in zip(model.weights, before):
+        np.testing.assert_array_equal(_np(got), want)
+    deeper = tiny(SequenceClassifier, seed=3, num_layers=3)
+    with pytest.raises(ValueError, match="masked_lm.*3 layers"):
+        deeper.load_encoder(mlm)
+    with pytest.raises(ValueError, match="masked_lm.*a built"):
+        SequenceClassifier.from_masked_lm(MaskedLM(vocab_size=VOCAB))
+
+
+@pytest.mark.parametrize("cls, kwargs, match", [
+    (SequenceClassifier, dict(num_classes=1), "num_classes=1"),
+    (SequenceClassifier, dict(num_classes=2.0), "num_classes=2.0"),
+    (SequenceClassifier, dict(pooling="max"), "pooling='max'"),
+    (MaskedLM, dict(mask_token_id=40), "mask_token_id=40"),
+    (MaskedLM, dict(head_activation="swirl"), "head_activation='swirl'"),
+    (MaskedLM, dict(layer_norm_epsilon=0.0), "layer_norm_epsilon=0.0"),
+    (MaskedLM, dict(num_units=15), "MaskedLM.*num_units"),
+    (TextEncoder, dict(flavor="reference_2019", normalize_first=True),
+     "normalize_first"),
+])
+def test_constructors_refuse_bad_arguments(cls, kwargs, match):
+    args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
+                ffn_units=32)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        cls(**args)
+
+
+def test_ids_out_of_the_vocabulary_are_refused_by_name(mlm):
+    with pytest.raises(ValueError, match="ids"):
+        mlm(np.array([[2, VOCAB, 3]], "int32"))
+    with pytest.raises(ValueError, match="inputs.*token_ids"):
+        mlm({"ids": IDS})
+
+
+@pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
+def test_reference_flavours_build_and_round_trip(tmp_path, flavor):
+    model = tiny(flavor=flavor)
+    path = str(tmp_path / "ref.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(_np(loaded(IDS)), _np(model(IDS)))

@@ -1,0 +1,191 @@
+"""`TextEncoder`: token ids to bidirectional contextual vectors, the body
+that `MaskedLM` pretrains and `SequenceClassifier` fine-tunes."""
+
+import keras
+from keras import ops
+
+from tfattn.layers.dropout import Dropout
+from tfattn.layers.encoder import Encoder
+from tfattn.layers.positional_encoding import PositionalEncoding
+from tfattn.layers.token_embedding import TokenEmbedding
+from tfattn.models import _ids
+from tfattn.models.layout import checked_activation
+from tfattn.models.layout import checked_layout
+from tfattn.models.layout import serialized_activation
+from tfattn.ops import masking
+from tfattn.utils import validation
+
+__all__ = ["TextEncoder"]
+
+_CONTEXT = "TextEncoder"
+# The constructor arguments, in order: `MaskedLM` and `SequenceClassifier`
+# take the same ones and pass them on.
+ENCODER_ARGUMENTS = (
+    "vocab_size", "num_layers", "num_units", "num_heads", "ffn_units",
+    "dropout_rate", "attention_dropout_rate", "flavor", "normalize_first",
+    "max_length", "positional_encoding", "embeddings_initializer",
+    "activation", "seed",
+)
+
+
+@keras.saving.register_keras_serializable(package="tfattn")
+class TextEncoder(keras.layers.Layer):
+    """BERT-style body: ids [B, T] -> contextual vectors [B, T, C].
+
+    Token embedding (× sqrt(C)), positions, dropout, then an `Encoder`:
+    every real token attends to every real token in both directions (BERT's
+    bidirectional self-attention; id 0 is padding and is never attended
+    to). Blocks are post-norm by default, as in BERT and the paper.
+
+    Args:
+        vocab_size: int V. Id 0 is padding.
+        num_layers: int. Defaults to `6`.
+        num_units: int C. Defaults to `512`.
+        num_heads: int. Defaults to `8`.
+        ffn_units: int. Defaults to `2048`.
+        dropout_rate: float. Defaults to `0.1`.
+        attention_dropout_rate: float or None (= `dropout_rate`).
+        flavor: `"paper"`, `"reference_2017"` or `"reference_2019"`: the
+            blocks of `tfattn.layers.Encoder`. Defaults to `"paper"`.
+        normalize_first: bool or None. Pre-norm blocks (None: False, BERT's
+            post-norm; only the paper flavour may set True).
+        max_length: int. Positions the model holds. Defaults to `256`.
+        positional_encoding: `"sinusoid"`, `"sinusoid_2017"`, `"learned"`
+            (BERT's) or None (the flavour's).
+        embeddings_initializer: a Keras initializer of the token table.
+            Defaults to `"glorot_uniform"`.
+        activation: the feed-forward activation. Defaults to `"relu"`;
+            `"gelu"` is BERT's (the reference flavours fix ReLU).
+        seed: int or None. Dropout seed.
+
+    Call arguments:
+        - ids: int [B, T], 0 = padding.
+        - training: bool.
+        - return_attention_scores: bool. Also return the self-attention
+          weights, a list (block 0 first) of float32 [B, H, T, T].
+
+    Returns:
+        [B, T, C] in the compute dtype, or `(vectors, weights)`.
+    """
+
+    def __init__(self, vocab_size, num_layers=6, num_units=512, num_heads=8,
+                 ffn_units=2048, dropout_rate=0.1, attention_dropout_rate=None,
+                 flavor="paper", normalize_first=None, max_length=256,
+                 positional_encoding=None,
+                 embeddings_initializer="glorot_uniform", activation="relu",
+                 seed=None, context=_CONTEXT, **kwargs):
+        """Checks the arguments (messages prefixed with `context`, the
+        model that owns the encoder); sublayers are created when built."""
+        validation.check_positive_int("vocab_size", vocab_size, context)
+        if normalize_first is not None:
+            validation.check_bool("normalize_first", normalize_first, context)
+        block_args, defaults, positional, _, _, initializer = checked_layout(
+            vocab_size, None, num_layers, num_units, num_heads, ffn_units,
+            dropout_rate, attention_dropout_rate, flavor,
+            bool(normalize_first), max_length, positional_encoding, None,
+            None, embeddings_initializer, context=context)
+        block_args["activation"] = checked_activation(
+            activation, flavor, context)
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.num_layers = num_layers
+        self.num_units = num_units
+        self.num_heads = num_heads
+        self.ffn_units = ffn_units
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.flavor = flavor
+        self.normalize_first = normalize_first
+        self.max_length = max_length
+        self.positional_encoding = positional_encoding
+        self.embeddings_initializer = initializer
+        self.activation = activation
+        self.seed = seed
+        self._context = context
+        self._block_args = block_args
+        self._padding_mode = defaults["padding_mode"]
+        self._positional_kind = positional
+
+    def build(self, ids_shape):
+        self.token_embedding = TokenEmbedding(
+            self.vocab_size, self.num_units, dtype=self.dtype_policy,
+            embeddings_initializer=self.embeddings_initializer,
+            name="token_embedding")
+        self.positions = PositionalEncoding(
+            kind=self._positional_kind, max_length=self.max_length,
+            padding_mode=self._padding_mode, dtype=self.dtype_policy,
+            name="positions")
+        self.embedding_dropout = Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy,
+            name="embedding_dropout")
+        self.encoder = Encoder(num_layers=self.num_layers, seed=self.seed,
+                               dtype=self.dtype_policy, name="encoder",
+                               **self._block_args)
+        x_shape = tuple(ids_shape) + (self.num_units,)
+        self.token_embedding.build(ids_shape)
+        self.positions.build(x_shape)
+        self.encoder.build(x_shape)
+        self.built = True
+
+    def call(self, ids, training=None, return_attention_scores=False):
+        ids = self.check_ids(ids)
+        x = self.positions(self.token_embedding(ids))
+        x = self.embedding_dropout(x, training=training)
+        # The 2017 reference finds padding from zero rows, not from ids.
+        keep = (None if self.flavor == "reference_2017"
+                else masking.padding_mask(ids))
+        return self.encoder(x, padding_mask=keep, training=training,
+                            return_attention_scores=return_attention_scores)
+
+    def check_ids(self, ids, values=True):
+        """Checks token ids: int, [B, T], T <= max_length, ids < vocab_size.
+
+        Args:
+            ids: int tensor, array or nested list [B, T].
+            values: bool. Check the values too (where they are known).
+
+        Returns:
+            `ids` as a tensor.
+
+        Raises:
+            ValueError: naming `ids` and the value received.
+        """
+        return _ids.check_ids("ids", ids, self.vocab_size, self.max_length,
+                              values, context=self._context)
+
+    def compute_output_shape(self, ids_shape):
+        return tuple(ids_shape) + (self.num_units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {name: getattr(self, name) for name in ENCODER_ARGUMENTS})
+        config["embeddings_initializer"] = keras.initializers.serialize(
+            self.embeddings_initializer)
+        config["activation"] = serialized_activation(self.activation)
+        config["context"] = self._context
+        return config
+
+
+def encoder_arguments(kwargs):
+    """Splits `kwargs` into `TextEncoder`'s arguments and the rest.
+
+    Args:
+        kwargs: dict of keyword arguments.
+
+    Returns:
+        `(encoder arguments, other arguments)`, two dicts.
+    """
+    encoder = {k: v for k, v in kwargs.items() if k in ENCODER_ARGUMENTS}
+    rest = {k: v for k, v in kwargs.items() if k not in ENCODER_ARGUMENTS}
+    return encoder, rest
+
+
+def mean_over_tokens(vectors, ids):
+    """Mean of `vectors` [B, T, C] over the real tokens (id != 0) of each
+    row: [B, C] (a row of padding only gives zeros)."""
+    keep = ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1),
+                    vectors.dtype)
+    total = ops.sum(vectors * keep, axis=1)
+    count = ops.maximum(ops.sum(keep, axis=1), 1.0)
+    return total / count
