@@ -315,7 +315,7 @@ def _check_dataset(values):
             *[values[name] for name in ("dataset", "source_language",
                                         "target_language", "data_dir",
                                         "manual_dir")],
-            monolingual=_task_of(values) == "language_model")
+            monolingual=_task_of(values) != "translation")
     except ValueError as error:
         raise flags.ValidationError(str(error))
     return True
@@ -452,7 +452,7 @@ def _command(directory):
             FLAGS.target_language,
             FLAGS.data_dir,
             FLAGS.manual_dir,
-            monolingual=task == "language_model",
+            monolingual=task not in (None, "translation"),
         ),
         hparams=requested,
         mixed_precision=(

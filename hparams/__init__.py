@@ -4,6 +4,8 @@
 - `gpt_tiny`: the same sizes as a GPT-style language model (task
   "language_model") of the numbers task's text, in seconds;
 - `gpt_multi30k`: a 4-layer GPT-style model of one side of Multi30k;
+- `bert_tiny`: the same sizes as a BERT-style masked language model (task
+  "masked_lm") of the numbers task's text, in seconds;
 - `base`, `big`: "Attention Is All You Need", Table 3 base and big;
 - `reference_2017`, `reference_2019`: exactly the hyperparameters of
   Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
@@ -27,6 +29,7 @@ hp = config.parse_overrides(hparams.get("tiny"), "num_heads=2")
 """
 
 from hparams import base
+from hparams import bert_tiny
 from hparams import big
 from hparams import gpt_multi30k
 from hparams import gpt_tiny
@@ -46,6 +49,7 @@ REGISTRY = {
     "multi30k_reference": multi30k_reference,
     "gpt_tiny": gpt_tiny,
     "gpt_multi30k": gpt_multi30k,
+    "bert_tiny": bert_tiny,
 }
 
 

@@ -27,6 +27,7 @@ from tfattn import config
 from tfattn.training import distribute
 from tfattn.cli import errors
 from tfattn.cli import language_model
+from tfattn.cli import masked_lm
 from tfattn.training import memory
 from tfattn.training import precision
 from tfattn.training import preparation
@@ -302,10 +303,14 @@ def run_train(command, prepared, report=logging.info):
                      result.accuracy, result.tokens_per_second,
                      result.seconds)
     decoding = config.decoding_kwargs(result.hparams)
-    if result.hparams.task == "language_model":
+    if result.hparams.task != "translation":
         if command.samples and distribute.is_chief(prepared.strategy):
-            language_model.report_continuations(result.model, result.tokenizer,
-                                  command.dataset, command.samples, report)
+            report_samples = (
+                language_model.report_continuations
+                if result.hparams.task == "language_model"
+                else masked_lm.report_fillings)
+            report_samples(result.model, result.tokenizer, command.dataset,
+                           command.samples, report)
         return result
     if command.samples and distribute.is_chief(prepared.strategy):
         with errors.guard_memory("translating the validation samples",
@@ -344,8 +349,8 @@ def run_eval(command, report=logging.info):
     from tfattn import data
     from tfattn.decoding import evaluation
     if command.dataset.monolingual:
-        return language_model.run_eval(command, report,
-                                        decoding_settings(command)[1])
+        return _monolingual_module(command).run_eval(
+            command, report, decoding_settings(command)[1])
     spec, directory = command.dataset, command.model_dir
     decoding, average = decoding_settings(command)
     model, tokenizer, _ = run_dir.restore_model(directory,
@@ -446,8 +451,8 @@ def run_export(command, report=logging.info):
             f"{export_dir}: already exists; pass --overwrite_export to "
             "replace it, or choose another --export_dir.")
     if command.dataset.monolingual:
-        return language_model.run_export(command, export_dir, overwrite,
-                                         report, average)
+        return _monolingual_module(command).run_export(
+            command, export_dir, overwrite, report, average)
     model, tokenizer, _ = run_dir.restore_model(directory,
                                                 average_last=average)
     with errors.guard_memory("exporting", lambda: (
@@ -488,3 +493,13 @@ def run(command, report=logging.info):
             run_eval(command, report)
         if command.mode in EXPORT_MODES:
             run_export(command, report)
+
+
+def _monolingual_module(command):
+    """The modes of the run's one-language task: `cli.masked_lm` for task
+    "masked_lm" (read from the run's saved hparams), else
+    `cli.language_model`."""
+    saved = run_dir.load_saved_hparams(command.model_dir)
+    if saved is not None and saved.task == "masked_lm":
+        return masked_lm
+    return language_model

@@ -50,7 +50,9 @@ TOKENIZER_MODEL_TYPES = ("unigram", "bpe", "char", "word")
 TOKENIZER_NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf",
                             "identity")
 LEARNING_RATE_SCHEDULES = ("noam", "constant", "cosine")
-TASKS = ("translation", "language_model")
+TASKS = ("translation", "language_model", "masked_lm")
+# The models' feed-forward activations (GELU: GPT's and BERT's).
+ACTIVATIONS = ("relu", "gelu")
 # "glorot_uniform": Keras's default; "scaled_normal": N(0, num_units^-0.5),
 # as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale).
 EMBEDDINGS_INITIALIZERS = ("glorot_uniform", "scaled_normal")
@@ -66,8 +68,9 @@ class HParams:
 
     # --- Model (the arguments of `tfattn.Transformer`, plus the vocabulary).
     # What to train: "translation" (a `tfattn.Transformer` on sentence
-    # pairs) or "language_model" (a GPT-style `tfattn.CausalLM` on the
-    # target side of the dataset, or on monolingual text).
+    # pairs), "language_model" (a GPT-style `tfattn.CausalLM` on the
+    # target side of the dataset, or on monolingual text) or "masked_lm"
+    # (a BERT-style `tfattn.MaskedLM` on the same text).
     task: str
     # Which model to build: "paper", "reference_2017" or "reference_2019".
     flavor: str
@@ -175,6 +178,21 @@ class HParams:
     # (at most keep_checkpoints; train.py's --average_checkpoints wins).
     average_checkpoints: int
 
+    # --- Fields added after the sets above were written; their defaults
+    # reproduce the runs saved before them.
+    # The feed-forward activation of the language models: "relu" or "gelu"
+    # (GPT's and BERT's); translation's Transformer keeps the paper's ReLU.
+    activation: str = "relu"
+    # Masked LM (BERT's masking, `tfattn.data.MaskGenerator`): the share of
+    # each sentence's tokens chosen as blanks...
+    mask_selection_rate: float = 0.15
+    # ...of which this share becomes the mask piece...
+    mask_token_rate: float = 0.8
+    # ...and this share a random piece (the rest stay as they are).
+    random_token_rate: float = 0.1
+    # Choose whole words (all the pieces of a word, or none).
+    whole_word_masking: bool = False
+
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = _check_type(field.name, getattr(self, field.name),
@@ -190,7 +208,7 @@ MODEL_FIELDS = (
     "dropout_rate", "attention_dropout_rate", "normalize_first",
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
     "embeddings_initializer", "vocab_size", "tokenizer_model_type",
-    "tokenizer_normalization",
+    "tokenizer_normalization", "activation",
 )
 DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
                    "average_checkpoints")
@@ -211,7 +229,10 @@ ADDED_FIELDS = dict(task="translation",
                     eval_every_steps=0, eval_sentences=200,
                     average_checkpoints=1,
                     tokenizer_normalization="nmt_nfkc",
-                    tokenizer_sampling_alpha=0.0, rdrop_alpha=0.0)
+                    tokenizer_sampling_alpha=0.0, rdrop_alpha=0.0,
+                    activation="relu", mask_selection_rate=0.15,
+                    mask_token_rate=0.8, random_token_rate=0.1,
+                    whole_word_masking=False)
 
 
 def field_names():
@@ -235,8 +256,8 @@ def training_fields():
 
 def model_kwargs(hp, vocab_size):
     """The model's keyword arguments for `hp` and a trained vocabulary:
-    `tfattn.Transformer`'s (task "translation") or `tfattn.CausalLM`'s
-    (task "language_model").
+    `tfattn.Transformer`'s (task "translation"), `tfattn.CausalLM`'s
+    (task "language_model") or `tfattn.MaskedLM`'s (task "masked_lm").
 
     Args:
         hp: HParams.
@@ -261,7 +282,12 @@ def model_kwargs(hp, vocab_size):
         embeddings_initializer=embeddings_initializer(hp),
     )
     if hp.task == "language_model":
-        return dict(vocab_size=vocab_size, **common)
+        return dict(vocab_size=vocab_size, activation=hp.activation,
+                    **common)
+    if hp.task == "masked_lm":
+        common.pop("tie_output")  # BERT's head is always tied.
+        return dict(vocab_size=vocab_size, activation=hp.activation,
+                    **common)
     return dict(source_vocab_size=vocab_size, target_vocab_size=vocab_size,
                 share_embeddings=hp.share_embeddings, **common)
 
@@ -307,7 +333,8 @@ def _check_choices(hp):
             ("tokenizer_model_type", TOKENIZER_MODEL_TYPES),
             ("tokenizer_normalization", TOKENIZER_NORMALIZATIONS),
             ("learning_rate_schedule", LEARNING_RATE_SCHEDULES),
-            ("embeddings_initializer", EMBEDDINGS_INITIALIZERS)):
+            ("embeddings_initializer", EMBEDDINGS_INITIALIZERS),
+            ("activation", ACTIVATIONS)):
         if getattr(hp, name) not in choices:
             raise _invalid(name, "one of " + ", ".join(map(repr, choices)),
                            getattr(hp, name))

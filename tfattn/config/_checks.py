@@ -57,6 +57,10 @@ def _check_ranges(hp):
                  "adam_beta1", "adam_beta2", "tokenizer_sampling_alpha"):
         if not 0 <= getattr(hp, name) < 1.0:
             raise _invalid(name, "a float in [0, 1)", getattr(hp, name))
+    for name in ("mask_selection_rate", "mask_token_rate",
+                 "random_token_rate"):
+        if not 0 <= getattr(hp, name) <= 1.0:
+            raise _invalid(name, "a float in [0, 1]", getattr(hp, name))
     for name in ("adam_epsilon", "learning_rate_scale"):
         if not getattr(hp, name) > 0:
             raise _invalid(name, "a float > 0", getattr(hp, name))
@@ -126,12 +130,22 @@ def _check_limits(hp):
     """Fields bounded by others: the average by the checkpoints kept, the
     training length by the positional table, sampling by the vocabulary's
     type, R-Drop by dropout."""
-    if hp.task == "language_model" and hp.eval_every_steps:
+    if hp.task != "translation" and hp.eval_every_steps:
         raise _invalid(
             "eval_every_steps",
-            "0 for task='language_model' (it scores translations with "
-            "BLEU; --mode=eval reports a language model's perplexity)",
+            f"0 for task={hp.task!r} (it scores translations with BLEU; "
+            "--mode=eval reports a language model's perplexity)",
             hp.eval_every_steps)
+    if hp.task == "translation" and hp.activation != "relu":
+        raise _invalid("activation", "'relu' for task='translation' (the "
+                       "Transformer keeps the paper's ReLU)", hp.activation)
+    if hp.activation != "relu" and hp.flavor != "paper":
+        raise _invalid("activation", f"'relu' in flavor {hp.flavor!r}, "
+                       "which the reference fixes", hp.activation)
+    if hp.mask_token_rate + hp.random_token_rate > 1.0:
+        raise _invalid("random_token_rate", "a rate whose sum with "
+                       f"mask_token_rate={hp.mask_token_rate} is at most 1",
+                       hp.random_token_rate)
     if (hp.tokenizer_sampling_alpha
             and hp.tokenizer_model_type not in ("bpe", "unigram")):
         raise _invalid(

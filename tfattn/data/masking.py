@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from tfattn.utils import validation
 
-__all__ = ["MaskGenerator", "word_starts"]
+__all__ = ["MaskGenerator", "word_starts", "masker_for",
+           "masked_lm_batch"]
 
 _CONTEXT = "MaskGenerator"
 _UNCHOSEN = 2.0  # A key above every uniform draw in [0, 1).
@@ -289,3 +290,65 @@ def word_starts(tokenizer):
     """
     return np.array([tokenizer.id_to_piece(i).startswith("\u2581")
                      for i in range(tokenizer.vocab_size)])
+
+
+def masker_for(hp, tokenizer, seed=None, static_shapes=False):
+    """The `MaskGenerator` of a `train.py` run's hparams.
+
+    Args:
+        hp: HParams. Reads `mask_selection_rate`, `mask_token_rate`,
+            `random_token_rate`, `whole_word_masking` and, with
+            `static_shapes`, `max_train_length`.
+        tokenizer: the run's `SubwordTokenizer`, learnt with the mask piece.
+        seed: int or None. The generator's seed.
+        static_shapes: bool. A fixed width P (for XLA): the blanks of the
+            longest row `max_train_length` allows.
+
+    Returns:
+        MaskGenerator.
+
+    Raises:
+        ValueError: naming `tokenizer`, when its vocabulary has no mask
+            piece.
+    """
+    if tokenizer.mask_id is None:
+        raise validation.invalid_argument(
+            "tokenizer", "a vocabulary learnt with the mask piece [MASK] "
+            "(train_tokenizer(..., mask_piece=True))", "<no [MASK] piece>",
+            _CONTEXT)
+    width = None
+    if static_shapes:
+        width = max(1, int(np.ceil(hp.mask_selection_rate
+                                   * hp.max_train_length)))
+    return MaskGenerator(
+        tokenizer.vocab_size, mask_token_id=tokenizer.mask_id,
+        mask_selection_rate=hp.mask_selection_rate,
+        mask_selection_length=width,
+        mask_token_rate=hp.mask_token_rate,
+        random_token_rate=hp.random_token_rate,
+        word_start_ids=(word_starts(tokenizer) if hp.whole_word_masking
+                        else None),
+        seed=seed)
+
+
+def masked_lm_batch(inputs, labels, masker, seed=None):
+    """A language-model batch of the pipeline, masked: the sentences
+    `<s> pieces </s>` rebuilt from `target_in` and the labels, then
+    `masker`'s blanks.
+
+    Args:
+        inputs: dict with `"target_in"` int32 [B, T] (`<s>` first).
+        labels: int32 [B, T] (`</s>` last).
+        masker: MaskGenerator.
+        seed: None or a [2] stateless seed (fixed masks: evaluation).
+
+    Returns:
+        `(masked, mask_ids)`: `masked` the MaskGenerator dict
+        (`token_ids` [B, T + 1], `mask_positions`, `mask_weights`), and the
+        original ids at the blanks [B, P] (0 where unused, which the loss
+        skips as padding).
+    """
+    ids = tf.concat([inputs["target_in"][:, :1], labels], axis=1)
+    out = masker(ids, seed=seed)
+    mask_ids = out.pop("mask_ids")
+    return out, mask_ids

@@ -441,4 +441,5 @@ def build_tokenizer(spec, hp, train_pairs, model_dir, resume=False):
         sentences(), model_dir, vocab_size=hp.vocab_size,
         model_type=hp.tokenizer_model_type,
         split_digits=spec.kind == "numbers",
-        normalization=hp.tokenizer_normalization)
+        normalization=hp.tokenizer_normalization,
+        mask_piece=hp.task == "masked_lm")

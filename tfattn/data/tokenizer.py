@@ -34,6 +34,8 @@ from tfattn.utils.validation import invalid_argument
 __all__ = [
     "BOS_ID",
     "EOS_ID",
+    "MASK_ID",
+    "MASK_PIECE",
     "MODEL_FILENAME",
     "MODEL_TYPES",
     "NORMALIZATIONS",
@@ -50,6 +52,10 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
+# A masked language model's blank: a user-defined piece, so "[MASK]" in a
+# text is always this one id (`train_tokenizer(..., mask_piece=True)`).
+MASK_PIECE = "[MASK]"
+MASK_ID = 4
 MODEL_FILENAME = "spm.model"
 VOCAB_FILENAME = "spm.vocab"
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
@@ -250,6 +256,13 @@ class SubwordTokenizer(tf.Module):
         """
         return self._processor.piece_to_id(piece)
 
+    @property
+    def mask_id(self):
+        """The id of `MASK_PIECE` (4), or None when the vocabulary was
+        learnt without it."""
+        found = self._processor.piece_to_id(MASK_PIECE)
+        return found if found != UNK_ID else None
+
 
 def _model_spec(model_proto):
     proto = sentencepiece_model_pb2.ModelProto()
@@ -309,6 +322,7 @@ def train_tokenizer(
     normalization="nmt_nfkc",
     num_threads=1,
     seed=0,
+    mask_piece=False,
 ):
     """Learns a joint SentencePiece vocabulary and writes it to `model_dir`.
 
@@ -342,6 +356,9 @@ def train_tokenizer(
             whenever it tokenises. Defaults to `'nmt_nfkc'`.
         num_threads: int. Trainer threads. Defaults to `1`.
         seed: int. Seed of sentencepiece's random generator. Defaults to `0`.
+        mask_piece: bool. Reserve `MASK_PIECE` ("[MASK]") as id 4, a piece
+            that tokenising text containing it always yields whole (the
+            blank of a masked language model). Defaults to `False`.
 
     Returns:
         The `SubwordTokenizer` of the trained model.
@@ -362,6 +379,8 @@ def train_tokenizer(
     num_threads = check_positive_int("num_threads", num_threads)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise invalid_argument("seed", "a non-negative integer", seed)
+    if not isinstance(mask_piece, bool):
+        raise invalid_argument("mask_piece", "a Python bool", mask_piece)
 
     texts = []
     for i, sentence in enumerate(sentences):
@@ -393,6 +412,8 @@ def train_tokenizer(
         eos_id=EOS_ID,
         minloglevel=2,
     )
+    if mask_piece:
+        options["user_defined_symbols"] = [MASK_PIECE]
     spm.set_random_generator_seed(seed)
     requested = vocab_size
     try:

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfattn.data.masking import masked_lm_batch
+from tfattn.data.masking import masker_for
 from tfattn.data.pipeline import make_batches
 from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
@@ -61,7 +63,8 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
     Returns:
         A `tf.distribute.DistributedDataset` of
         `({'source', 'target_in'}, labels)` int32 batches (`make_batches`),
-        repeated without end.
+        repeated without end; for task "masked_lm", the sentences with
+        BERT's blanks (`tfattn.data.masking.masked_lm_batch`).
 
     Raises:
         ValueError: `hp.batch_size` is not a multiple of the replicas
@@ -75,12 +78,17 @@ def distributed_batches(strategy, hp, tokenizer, spec, seed, static_shapes):
         if context.num_input_pipelines > 1:
             pairs = pairs.shard(context.num_input_pipelines,
                                 context.input_pipeline_id)
-        return make_batches(
+        pipeline_seed = seed + 1009 * context.input_pipeline_id
+        batches = make_batches(
             pairs.repeat(), tokenizer, max_length=hp.max_train_length,
             batch_size=batch_size, tokens_per_batch=tokens,
-            shuffle_buffer_size=hp.shuffle_buffer_size,
-            seed=seed + 1009 * context.input_pipeline_id,
+            shuffle_buffer_size=hp.shuffle_buffer_size, seed=pipeline_seed,
             pad_to_max_length=static_shapes, drop_remainder=static_shapes)
+        if hp.task != "masked_lm":
+            return batches
+        masker = masker_for(hp, tokenizer, pipeline_seed, static_shapes)
+        return batches.map(
+            lambda inputs, labels: masked_lm_batch(inputs, labels, masker))
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 

@@ -9,6 +9,8 @@ and of a `CausalLM`, prompts to continuations.
 - `export_language_model` (`language_model.py`): a SavedModel of a
   `CausalLM` whose signatures continue text prompts (greedy, or top-p with
   a temperature and a seed).
+- `export_masked_lm` (`masked_lm.py`): a SavedModel of a `MaskedLM` whose
+  `fill_mask` signature fills the `[MASK]` blanks of texts (top-k).
 """
 
 from tfattn.utils.backend import require_tensorflow_backend
@@ -31,12 +33,17 @@ from tfattn.export.saved_model import load_translator  # noqa: E402
 from tfattn.export.language_model import LanguageModelExport  # noqa: E402
 from tfattn.export.language_model import export_language_model  # noqa: E402
 from tfattn.export.language_model import causal_lm_to_ctranslate2  # noqa: E402,E501
+from tfattn.export.masked_lm import FILL_MASK_SIGNATURE_KEY  # noqa: E402
+from tfattn.export.masked_lm import MaskedLMExport  # noqa: E402
+from tfattn.export.masked_lm import export_masked_lm  # noqa: E402
 
 __all__ = [
     "ATTENTION_SIGNATURE_KEY",
     "CTranslate2Translator",
+    "FILL_MASK_SIGNATURE_KEY",
     "KERAS_FILENAME",
     "LanguageModelExport",
+    "MaskedLMExport",
     "NotExportable",
     "SIGNATURE_KEY",
     "SavedModelTranslator",
@@ -45,6 +52,7 @@ __all__ = [
     "VOCAB_FILENAME",
     "causal_lm_to_ctranslate2",
     "export_language_model",
+    "export_masked_lm",
     "export_translator",
     "load_ctranslate2",
     "load_translator",

@@ -39,6 +39,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn import config
+from tfattn.data.masking import MaskGenerator
+from tfattn.data.masking import masked_lm_batch
 from tfattn.training import memory
 from tfattn.utils.files import write_text_atomically
 
@@ -187,6 +189,8 @@ def step_speedup(hp, vocab_size, rows, length, steps=3):
     ids = rng.integers(4, vocab_size, (3, rows, length)).astype("int32")
     ids[1, :, 0] = 2  # BOS
     batch = ({"source": ids[0], "target_in": ids[1]}, ids[2])
+    if hp.task == "masked_lm":
+        batch = _masked_batch(batch, hp, vocab_size)
     strategy = tf.distribute.get_strategy()
     times = {}
     with _random_state_kept():
@@ -381,3 +385,12 @@ def describe(choice):
     return (f"Precision: {choice.name}, because {choice.reason} "
             "(--mixed_precision=off, mixed_float16 or mixed_bfloat16 "
             "overrides).")
+
+
+def _masked_batch(batch, hp, vocab_size):
+    """The random batch with BERT's blanks (mask id 4), as the masked-LM
+    task's pipeline makes them."""
+    masker = MaskGenerator(vocab_size, mask_selection_rate=(
+        hp.mask_selection_rate), mask_token_rate=hp.mask_token_rate,
+        random_token_rate=hp.random_token_rate)
+    return masked_lm_batch(*batch, masker, seed=[0, 0])

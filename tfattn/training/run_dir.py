@@ -31,6 +31,7 @@ from tfattn.training import checkpoints
 from tfattn import config
 from tfattn.data.tokenizer import load_tokenizer
 from tfattn.models import CausalLM
+from tfattn.models import MaskedLM
 from tfattn.models import Transformer
 
 __all__ = [
@@ -256,7 +257,8 @@ def resolve_hparams(model_dir, requested=None):
 
 def build_model(hp, vocab_size, seed=None, mixed_precision=None):
     """A built model for the hparams (call it in a strategy scope): a
-    `Transformer` (task "translation") or a `CausalLM` ("language_model").
+    `Transformer` (task "translation"), a `CausalLM` ("language_model") or a
+    `MaskedLM` ("masked_lm").
 
     Args:
         hp: HParams.
@@ -266,13 +268,17 @@ def build_model(hp, vocab_size, seed=None, mixed_precision=None):
             `"mixed_bfloat16"`); None is float32.
 
     Returns:
-        Transformer or CausalLM. Built by a call on a dummy batch.
+        Transformer, CausalLM or MaskedLM. Built by a call on a dummy batch.
     """
-    model_class = CausalLM if hp.task == "language_model" else Transformer
+    model_class = {"language_model": CausalLM,
+                   "masked_lm": MaskedLM}.get(hp.task, Transformer)
     model = model_class(**config.model_kwargs(hp, vocab_size), seed=seed,
                         dtype=mixed_precision or "float32")
     dummy = tf.ones([1, 2], tf.int32)
-    model({"source": dummy, "target_in": dummy}, training=False)
+    if hp.task == "masked_lm":
+        model({"token_ids": dummy, "mask_positions": dummy}, training=False)
+    else:
+        model({"source": dummy, "target_in": dummy}, training=False)
     return model
 
 

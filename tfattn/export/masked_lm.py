@@ -1,0 +1,195 @@
+"""Export a trained `MaskedLM` as a SavedModel that fills blanks: texts
+with the mask piece `[MASK]` in, the top-k fillings of each blank out.
+
+One signature, `fill_mask`, taking `texts`, a `[batch]` `tf.string` tensor
+in which every text holds at least one `[MASK]` (several are filled at
+once, each independently of the others' fillings, as BERT predicts them).
+It returns, with M the most blanks of one text in the batch and k the
+export's `top_k`:
+
+- `fillings`: `[batch, M, k]` `tf.string`, each blank's candidate words
+  (SentencePiece pieces with the word-start mark removed), most probable
+  first; rows with fewer blanks are padded with `""`;
+- `probabilities`: `[batch, M, k]` float32 (0 in the padding);
+- `blanks`: `[batch]` int32, the blanks filled in each text;
+- `truncated`: `[batch]` bool, the text was longer than the model's
+  `max_length` (with `<s>` and `</s>`) and was cut; blanks past the cut are
+  not filled.
+
+A text without `[MASK]` (an empty text included) fails the call with an
+`InvalidArgumentError` that names `texts` and the rows; so do a tensor of
+another rank and bytes that are not UTF-8. A client needs TensorFlow and
+tensorflow-text::
+
+    import tensorflow as tf, tensorflow_text  # noqa: F401
+    mlm = tf.saved_model.load("export_dir")
+    out = mlm.signatures["fill_mask"](
+        texts=tf.constant(["a dog runs on the [MASK] ."]))
+    out["fillings"][0, 0], out["probabilities"][0, 0]
+
+The directory also holds `model.keras` and `spm.model`.
+"""
+
+import os
+
+import tensorflow as tf
+
+from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import EOS_ID
+from tfattn.data.tokenizer import MASK_PIECE
+from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.decoding.translate import model_proto_of
+from tfattn.export import contract
+from tfattn.utils import files
+from tfattn.utils.validation import check_positive_int
+from tfattn.utils.validation import invalid_argument
+
+__all__ = ["FILL_MASK_SIGNATURE_KEY", "MaskedLMExport", "export_masked_lm"]
+
+_CONTEXT = "export_masked_lm"
+FILL_MASK_SIGNATURE_KEY = "fill_mask"
+_TEXTS = tf.TensorSpec([None], tf.string, name="texts")
+
+
+class MaskedLMExport(tf.Module):
+    """The exported module: the model's variables, the tokenizer and the
+    `fill_mask` signature (see the module docstring).
+
+    Args:
+        model: a built `tfattn.MaskedLM`.
+        model_proto: bytes. Its SentencePiece model, with the mask piece.
+        top_k: int >= 1, at most the vocabulary size.
+        name: str or None. The module name.
+    """
+
+    def __init__(self, model, model_proto, top_k, name=None):
+        """Checks `top_k` and the vocabulary's mask piece; keeps the model
+        (its variables only are saved)."""
+        super().__init__(name=name)
+        self.tokenizer = SubwordTokenizer(model_proto)
+        self._top_k = check_positive_int("top_k", top_k, _CONTEXT)
+        if top_k > model.vocab_size:
+            raise invalid_argument(
+                "top_k", f"at most the vocabulary's {model.vocab_size}",
+                top_k, _CONTEXT)
+        if self.tokenizer.mask_id is None:
+            raise invalid_argument(
+                "tokenizer", f"a vocabulary with the mask piece {MASK_PIECE}",
+                "<no mask piece>", _CONTEXT)
+        self._mask_id = self.tokenizer.mask_id
+        self._max_length = model.max_length
+        self._set_model(model)
+        self.top_k = tf.Variable(self._top_k, dtype=tf.int32,
+                                 trainable=False)
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _set_model(self, model):
+        self._model = model
+
+    def trace(self):
+        """The concrete signatures to save.
+
+        Returns:
+            dict: `fill_mask` to its concrete function.
+        """
+        fill = self.fill_mask.get_concrete_function()
+        self.model_variables = list(fill.variables)
+        return {FILL_MASK_SIGNATURE_KEY: fill}
+
+    @tf.function(input_signature=[_TEXTS], autograph=False)
+    def fill_mask(self, texts):
+        """The top-k fillings of every blank (the `fill_mask` signature).
+
+        Args:
+            texts: `[B]` `tf.string`, each with at least one `[MASK]`.
+
+        Returns:
+            dict: `fillings`, `probabilities` (`[B, M, k]`), `blanks`,
+            `truncated` (`[B]`).
+        """
+        texts = contract.utf8_checked(tf.ensure_shape(
+            texts, [None], name="texts_must_be_a_vector_of_strings"))
+        pieces = self.tokenizer.tokenize(texts)
+        batch = tf.shape(texts)[0]
+        room = self._max_length - 2
+        truncated = pieces.row_lengths() > room
+        rows = tf.concat([tf.fill([batch, 1], BOS_ID),
+                          pieces[:, :room],
+                          tf.fill([batch, 1], EOS_ID)], axis=1)
+        ids = tf.cast(rows.to_tensor(0), tf.int32)  # [B, T]
+        is_blank = tf.equal(ids, self._mask_id)
+        blanks = tf.reduce_sum(tf.cast(is_blank, tf.int32), axis=1)
+        in_text = tf.reduce_sum(tf.cast(tf.equal(
+            pieces, self._mask_id), tf.int32), axis=1)
+        missing = tf.where(tf.equal(in_text, 0))[:, 0]
+        check = tf.debugging.Assert(
+            tf.equal(tf.size(missing), 0),
+            ["fill_mask: texts without [MASK] (an empty text has none), "
+             "at rows:", missing], summarize=20)
+        with tf.control_dependencies([check]):
+            ids = tf.identity(ids)
+        positions, used = _blank_positions(is_blank)
+        logits = self._model({"token_ids": ids, "mask_positions": positions},
+                             training=False)  # [B, M, V]
+        probs, best = tf.math.top_k(tf.nn.softmax(logits), k=self._top_k)
+        words = tf.strings.regex_replace(
+            tf.gather(self._pieces(), best), "^\u2581", "")
+        used = used[..., None]
+        return {"fillings": tf.where(used, words, ""),
+                "probabilities": tf.where(used, probs, 0.0),
+                "blanks": blanks, "truncated": truncated}
+
+    def _pieces(self):
+        vocab = tf.range(self._model.vocab_size)
+        return self.tokenizer.id_to_string(vocab)
+
+
+def _blank_positions(is_blank):
+    """Blank positions, ascending, [B, M] int32 (0 where unused), and a
+    bool [B, M] of the used ones."""
+    length = tf.shape(is_blank)[1]
+    index = tf.sort(tf.where(is_blank, tf.range(length)[None, :], length),
+                    axis=1)
+    width = tf.maximum(tf.reduce_max(tf.reduce_sum(
+        tf.cast(is_blank, tf.int32), axis=1)), 1)
+    index = index[:, :width]
+    used = index < length
+    return tf.where(used, index, 0), used
+
+
+def export_masked_lm(model, tokenizer, export_dir, top_k=5,
+                     overwrite=False):
+    """Writes the fill-mask SavedModel of a `MaskedLM`, atomically (built
+    beside `export_dir`, renamed when complete).
+
+    Args:
+        model: a built `tfattn.MaskedLM`.
+        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes),
+            learnt with the mask piece.
+        export_dir: str or path-like. Local directory to create.
+        top_k: int >= 1. Fillings per blank. Defaults to `5`.
+        overwrite: bool. Replace an existing `export_dir`.
+
+    Returns:
+        str, the absolute `export_dir`.
+
+    Raises:
+        FileExistsError: `export_dir` exists and `overwrite` is False.
+        ValueError: an invalid argument (the message names it).
+    """
+    if not isinstance(overwrite, bool):
+        raise invalid_argument("overwrite", "a Python bool", overwrite,
+                               _CONTEXT)
+    if not getattr(model, "built", False) or not hasattr(
+            model, "text_encoder") or not hasattr(model, "head_bias"):
+        raise invalid_argument("model", "a built tfattn.MaskedLM",
+                               type(model).__name__, _CONTEXT)
+    model_proto = model_proto_of(tokenizer)
+    export_dir = files.local_directory("export_dir", export_dir, _CONTEXT)
+    module = MaskedLMExport(model, model_proto, top_k)
+    with files.directory_written_atomically(export_dir, overwrite) as tmp:
+        tf.saved_model.save(module, tmp, signatures=module.trace())
+        with open(os.path.join(tmp, "spm.model"), "wb") as f:
+            f.write(model_proto)
+        model.save(os.path.join(tmp, "model.keras"))
+    return export_dir
