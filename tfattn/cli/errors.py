@@ -16,6 +16,7 @@ lower.
 """
 
 import contextlib
+import os
 import re
 
 import tensorflow as tf
@@ -29,6 +30,8 @@ __all__ = [
     "guard_memory",
     "describe",
     "command_line_failure",
+    "training_advice",
+    "decoding_advice",
 ]
 
 # The longest message line printed, and the longest unbroken run of
@@ -181,3 +184,49 @@ def command_line_failure(error, doing, memory_advice, expected=()):
         return f"Error: {describe(error)}", 1
     return (f"Error: unexpected {type(error).__name__}: {describe(error)} "
             "(rerun with --debug for the traceback)", 1)
+
+
+def training_advice(hp, model_dir):
+    """What to lower when a training step runs out of memory.
+
+    Args:
+        hp: HParams. The run's hparams (their batch and length fields are
+            named with their values).
+        model_dir: str. The run's directory (its latest checkpoint is
+            named, as the one a rerun resumes from).
+
+    Returns:
+        str. The advice, for `errors.guard_memory`.
+    """
+    # `training.checkpoints` reports through this module: imported here.
+    from tfattn.training import checkpoints
+
+    latest = checkpoints.latest(model_dir)
+    kept = (f"it resumes from {os.path.basename(latest)}, which is kept"
+            if latest else "no checkpoint was written yet")
+    if hp.batch_size:
+        batch = (f"batch_size (now {hp.batch_size}), e.g. --hparams_overrides"
+                 f"=batch_size={max(1, hp.batch_size // 2)}")
+    else:
+        batch = (f"tokens_per_batch (now {hp.tokens_per_batch}), e.g. "
+                 f"--hparams_overrides=tokens_per_batch="
+                 f"{max(hp.max_train_length, hp.tokens_per_batch // 2)}")
+    return (f"lower {batch}, or max_train_length (now "
+            f"{hp.max_train_length}), and run the same command again ({kept}"
+            "); or lower vocab_size, num_layers or num_units in a new "
+            "--model_dir")
+
+
+def decoding_advice(decoding):
+    """What to lower when decoding runs out of memory.
+
+    Args:
+        decoding: dict. The decoding keyword arguments (their `beam_size`
+            and `extra_length` are named with their values).
+
+    Returns:
+        str. The advice, for `errors.guard_memory`.
+    """
+    return (f"lower beam_size (now {decoding['beam_size']}) or "
+            f"decode_extra_length (now {decoding['extra_length']}) with "
+            "--hparams_overrides, or free memory used by other processes")

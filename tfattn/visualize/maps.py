@@ -59,9 +59,11 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
     (BOS + pieces), as `"decoder"` maps, with no source tokens.
 
     Args:
-        model: a built `tfattn.Transformer` or `tfattn.CausalLM`.
+        model: a built `tfattn.Transformer`, `tfattn.CausalLM` or
+            `tfattn.MaskedLM`.
         tokenizer: its `SubwordTokenizer` (or the SentencePiece model bytes).
-        text: str, one source sentence (a language model's text).
+        text: str, one source sentence (a language model's text; a masked
+            LM's may hold `[MASK]` blanks).
         beam_size, alpha, extra_length: the search, as the run's hparams
             say (`config.decoding_kwargs(hp)`). Default to `1` (greedy),
             `0.6` and `50`.
@@ -78,6 +80,8 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
     tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
     if _is_language_model(model):
         return _language_model_maps(model, tokenizer, text)
+    if _is_masked_lm(model):
+        return _masked_lm_maps(model, tokenizer, text)
     max_source_length, max_length = decode_lengths(model, extra_length)
     source = encode_for_translation(tokenizer, tf.constant([text]),
                                     max_source_length)
@@ -102,6 +106,27 @@ def _is_language_model(model):
     from tfattn.models import CausalLM
 
     return isinstance(model, CausalLM)
+
+
+def _is_masked_lm(model):
+    from tfattn.models import MaskedLM
+
+    return isinstance(model, MaskedLM)
+
+
+def _masked_lm_maps(model, tokenizer, text):
+    """A `MaskedLM`'s maps: its bidirectional self-attention over `<s>` +
+    the text's pieces + `</s>` (`[MASK]` pieces stay blanks), as "encoder"
+    [H, T, T]; no target, no search."""
+    pieces = tokenizer.tokenize([text]).to_list()[0][:model.max_length - 2]
+    ids = np.array([[BOS_ID] + pieces + [EOS_ID]], np.int32)
+    _, scores = model(ids, return_attention_scores=True)
+    return AttentionMaps(
+        source_tokens=[tokenizer.id_to_piece(i) for i in ids[0]],
+        target_tokens=[],
+        translation=text,
+        scores={"encoder": [np.asarray(w)[0] for w in scores["encoder"]]},
+    )
 
 
 def _language_model_maps(model, tokenizer, text):

@@ -1,0 +1,217 @@
+"""train.py's masked-LM task (hparams `bert_tiny`): pretraining on one side
+of the data with BERT's masking in the pipeline, evaluation (masked-token
+accuracy and perplexity, checked against a NumPy rescoring of the same
+blanks), fill-mask in Python and from the SavedModel (checked against the
+model's own softmax in NumPy), and one-line errors."""
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import hparams
+from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
+from tests.test_train_errors import _main
+from tfattn import config
+from tfattn.data import masking
+from tfattn.decoding import mlm_evaluation
+from tfattn.models import MaskedLM
+from tfattn.models import SequenceClassifier
+from tfattn.training import run_dir
+
+FLAGS = flags.FLAGS
+TEXTS = ["the cat sat on the mat", "a dog ran in the park",
+         "the bird sang in the tree", "a cat ran to the tree"] * 8
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """bert_tiny trained 60 steps on text files, in-process."""
+    root = tmp_path_factory.mktemp("mlm")
+    _write(root / "text.train.txt", "\n".join(TEXTS) + "\n")
+    _write(root / "text.validation.txt", "\n".join(TEXTS[:4]) + "\n")
+    _write(root / "text.test.txt", "\n".join(TEXTS[:6]) + "\n")
+    model_dir = root / "run"
+    status, line = _main(
+        "--hparams=bert_tiny", f"--dataset=textfiles:{root}/text",
+        "--hparams_overrides=vocab_size=40,num_layers=1,"
+        "checkpoint_every_steps=30,log_every_steps=30,warmup_steps=20",
+        "--train_steps=60", f"--model_dir={model_dir}")
+    FLAGS.unparse_flags()
+    assert status == 0, line
+    return root, model_dir
+
+
+def test_training_writes_a_masked_lm_with_a_mask_piece(trained):
+    _, model_dir = trained
+    saved = run_dir.load_saved_hparams(str(model_dir))
+    assert saved.task == "masked_lm" and saved.activation == "gelu"
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    assert isinstance(model, MaskedLM)
+    assert tokenizer.mask_id == model.mask_token_id == 4
+    assert tokenizer.tokenize(["the [MASK] sat"]).to_list()[0].count(4) == 1
+
+
+def test_eval_equals_a_numpy_rescoring_of_the_same_blanks(trained, capsys):
+    root, model_dir = trained
+    status, line = _main(f"--model_dir={model_dir}", "--mode=eval",
+                         f"--dataset=textfiles:{root}/text")
+    assert status == 0, line
+    out = capsys.readouterr().out
+    match = re.search(r"Masked-token accuracy on the test split: "
+                      r"([\d.]+)%, perplexity at the blanks ([\d.]+)", out)
+    assert match, out
+    metrics = json.loads((model_dir / "metrics_test.json").read_text())
+    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+    masker = masking.masker_for(hp, tokenizer)
+    # The same blanks (batch 0's seed), scored text by text in NumPy.
+    rows = mlm_evaluation._rows(tokenizer, TEXTS[:6], model.max_length)
+    masked = {k: v.numpy() for k, v in masker(rows, seed=[0, 0]).items()}
+    nll, hits, count = 0.0, 0, 0
+    for row in range(len(rows)):
+        ids = masked["token_ids"][row][None]
+        logits = np.asarray(model(ids), np.float64)[0]
+        for slot in np.flatnonzero(masked["mask_weights"][row]):
+            position = masked["mask_positions"][row, slot]
+            target = masked["mask_ids"][row, slot]
+            lp = logits[position] - logits[position].max()
+            lp -= np.log(np.exp(lp).sum())
+            nll -= lp[target]
+            hits += int(np.argmax(lp) == target)
+            count += 1
+    assert metrics["blanks"] == count > 0
+    np.testing.assert_allclose(metrics["masked_perplexity"],
+                               math.exp(nll / count), rtol=1e-5)
+    assert metrics["masked_accuracy"] == pytest.approx(hits / count)
+    assert float(match.group(1)) == pytest.approx(
+        100 * metrics["masked_accuracy"], abs=0.06)
+
+
+def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
+    _, model_dir = trained
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
+    filled = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=3)
+    assert [len(blanks) for blanks in filled] == [1, 2]
+    for text, blanks in zip(texts, filled):
+        ids = np.asarray([[2] + tokenizer.tokenize([text]).to_list()[0]
+                          + [3]], np.int32)
+        logits = np.asarray(model(ids), np.float64)[0]
+        for position, got in zip(np.flatnonzero(ids[0] == 4), blanks):
+            probs = np.exp(logits[position] - logits[position].max())
+            probs /= probs.sum()
+            best = np.argsort(-probs)[:3]
+            assert [p for p, _ in got] == [tokenizer.id_to_piece(int(i))
+                                           for i in best]
+            np.testing.assert_allclose([q for _, q in got], probs[best],
+                                       atol=1e-5)
+
+
+@pytest.mark.parametrize("texts, match", [
+    (["no blank here"], "texts.*at least one \\[MASK\\]"),
+    ([""], "texts.*non-empty"),
+])
+def test_fill_mask_refuses_texts_without_a_blank(trained, texts, match):
+    _, model_dir = trained
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    with pytest.raises(ValueError, match=match):
+        mlm_evaluation.fill_mask(model, tokenizer, texts)
+
+
+@pytest.fixture(scope="module")
+def exported(trained):
+    root, model_dir = trained
+    status, line = _main(f"--model_dir={model_dir}", "--mode=export",
+                         f"--dataset=textfiles:{root}/text")
+    assert status == 0, line
+    return tf.saved_model.load(str(model_dir / "export"))
+
+
+def test_the_fill_mask_signature_equals_python(trained, exported):
+    _, model_dir = trained
+    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
+    out = exported.signatures["fill_mask"](texts=tf.constant(texts))
+    assert out["blanks"].numpy().tolist() == [1, 2]
+    assert out["fillings"].shape == (2, 2, 5)
+    want = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=5)
+    for row, blanks in enumerate(want):
+        for slot, pairs in enumerate(blanks):
+            words = [w.decode() for w in out["fillings"][row, slot].numpy()]
+            assert words == [p.lstrip("\u2581") for p, _ in pairs]
+            np.testing.assert_allclose(
+                out["probabilities"][row, slot].numpy(),
+                [q for _, q in pairs], atol=1e-5)
+    assert out["fillings"][0, 1, 0].numpy() == b""  # padding
+
+
+def test_the_signature_refuses_texts_without_a_blank(exported):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="texts without \\[MASK\\].*\\[1 2\\]"):
+        exported.signatures["fill_mask"](
+            texts=tf.constant(["a [MASK] cat", "no blank", ""]))
+
+
+def test_a_ctranslate2_export_is_refused_in_one_line(trained):
+    root, model_dir = trained
+    status, line = _main(f"--model_dir={model_dir}", "--mode=export",
+                         "--export_format=ctranslate2",
+                         f"--dataset=textfiles:{root}/text",
+                         "--export_dir=" + str(root / "ct2"))
+    assert status != 0 and "ctranslate2" in line and "\n" not in line
+    assert not (root / "ct2").exists()
+
+
+def test_the_classifier_loads_the_pretrained_encoder(trained):
+    _, model_dir = trained
+    model, _, _ = run_dir.restore_model(str(model_dir))
+    classifier = SequenceClassifier.from_masked_lm(model, num_classes=2)
+    ids = np.array([[2, 5, 6, 7, 3]], np.int32)
+    np.testing.assert_array_equal(np.asarray(classifier.text_encoder(ids)),
+                                  np.asarray(model.text_encoder(ids)))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("mask_selection_rate=1.5", "mask_selection_rate=1.5"),
+    ("mask_token_rate=0.95", "random_token_rate=0.1"),
+    ("eval_every_steps=10", "eval_every_steps=10"),
+    ("activation=swish", "activation='swish'"),
+])
+def test_bad_masking_settings_are_refused_at_flag_parsing(tmp_path, override,
+                                                          message):
+    with pytest.raises(flags.IllegalFlagValueError, match=re.escape(message)):
+        _main("--hparams=bert_tiny", "--dataset=numbers",
+              f"--hparams_overrides={override}",
+              f"--model_dir={tmp_path / 'run'}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_bert_tiny_is_a_masked_lm_set():
+    hp = hparams.get("bert_tiny")
+    assert hp.task == "masked_lm" and hp.eval_every_steps == 0
+    kwargs = config.model_kwargs(hp, 40)
+    assert "tie_output" not in kwargs and kwargs["activation"] == "gelu"
+
+
+def test_attention_maps_of_a_masked_lm_are_bidirectional(trained, tmp_path):
+    from tfattn.visualize import cli
+
+    _, model_dir = trained
+    maps, paths = cli.run(str(model_dir), "the [MASK] sat", str(tmp_path))
+    assert set(maps.scores) == {"encoder"} and maps.target_tokens == []
+    assert maps.source_tokens[0] == "<s>" and "[MASK]" in maps.source_tokens
+    assert maps.source_tokens[-1] == "</s>"
+    for weights in maps.scores["encoder"]:  # [H, T, T] per layer
+        assert weights.shape[1] == weights.shape[2] == len(maps.source_tokens)
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+        assert np.triu(weights, k=1).max() > 1e-3  # later tokens are seen
+    assert any(p.endswith("encoder_layer0.png") for p in paths)
