@@ -4,6 +4,7 @@
 - `gpt_tiny`: the same sizes as a GPT-style language model (task
   "language_model") of the numbers task's text, in seconds;
 - `gpt_multi30k`: a 4-layer GPT-style model of one side of Multi30k;
+- `bert_multi30k`: a 4-layer BERT-style model of one side of Multi30k;
 - `bert_tiny`: the same sizes as a BERT-style masked language model (task
   "masked_lm") of the numbers task's text, in seconds;
 - `base`, `big`: "Attention Is All You Need", Table 3 base and big;
@@ -29,6 +30,7 @@ hp = config.parse_overrides(hparams.get("tiny"), "num_heads=2")
 """
 
 from hparams import base
+from hparams import bert_multi30k
 from hparams import bert_tiny
 from hparams import big
 from hparams import gpt_multi30k
@@ -50,6 +52,7 @@ REGISTRY = {
     "gpt_tiny": gpt_tiny,
     "gpt_multi30k": gpt_multi30k,
     "bert_tiny": bert_tiny,
+    "bert_multi30k": bert_multi30k,
 }
 
 

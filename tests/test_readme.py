@@ -18,6 +18,8 @@ EXPORT = "runs/tiny_numbers/export"
 EXPORT_CT2 = "runs/tiny_numbers/ctranslate2"
 # The snippet that continues text with the language-model command's run.
 LM_RUN = "runs/gpt_tiny_numbers"
+# The snippet that fills blanks and fine-tunes with the masked-LM run.
+MLM_RUN = "runs/bert_tiny_numbers"
 
 
 GUIDES = os.path.join(REPO, "docs", "guides")
@@ -100,6 +102,23 @@ def run_of_the_language_model_command(tmp_path, monkeypatch):
                    LM_RUN, steps=2, verbose=0)
 
 
+@pytest.fixture
+def run_of_the_masked_lm_command(tmp_path, monkeypatch):
+    """What `train.py --hparams=bert_tiny --dataset=numbers` leaves in
+    runs/bert_tiny_numbers, after 2 steps (the snippet only has to run)."""
+    import hparams
+    from tfattn import config
+    from tfattn import training
+    from tfattn.data import sources
+
+    monkeypatch.chdir(tmp_path)
+    hp = config.parse_overrides(hparams.get("bert_tiny"),
+                                "num_layers=1,checkpoint_every_steps=2")
+    training.train(hp, sources.parse_dataset_spec("numbers",
+                                                  monolingual=True),
+                   MLM_RUN, steps=2, verbose=0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
@@ -108,6 +127,8 @@ def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
         request.getfixturevalue("export_of_the_run_command")
     elif LM_RUN in snippet:
         request.getfixturevalue("run_of_the_language_model_command")
+    elif MLM_RUN in snippet:
+        request.getfixturevalue("run_of_the_masked_lm_command")
     else:
         monkeypatch.chdir(tmp_path)
     if 'os.environ["KERAS_BACKEND"]' in snippet:
