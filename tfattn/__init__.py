@@ -38,6 +38,9 @@ from tfattn.layers import PositionalEncoding  # noqa: E402
 from tfattn.layers import TokenEmbedding  # noqa: E402
 from tfattn.losses import LabelSmoothedCrossEntropy  # noqa: E402
 from tfattn.models import CausalLM  # noqa: E402
+from tfattn.models import MaskedLM  # noqa: E402
+from tfattn.models import SequenceClassifier  # noqa: E402
+from tfattn.models import TextEncoder  # noqa: E402
 from tfattn.models import Transformer  # noqa: E402
 from tfattn.schedules import NoamSchedule  # noqa: E402
 
@@ -48,8 +51,8 @@ __all__ = [
     "multihead_attention", "Attention", "Decoder", "DecoderBlock", "Dropout",
     "Encoder", "EncoderBlock", "FeedForward", "HardAttention",
     "LayerNormalization", "MultiHeadAttention", "PositionalEncoding",
-    "TokenEmbedding", "LabelSmoothedCrossEntropy", "CausalLM", "Transformer",
-    "NoamSchedule",
+    "TokenEmbedding", "LabelSmoothedCrossEntropy", "CausalLM", "MaskedLM",
+    "SequenceClassifier", "TextEncoder", "Transformer", "NoamSchedule",
 ]
 
 # The modules that lay flat in tfattn/ before the subpackages: importable
