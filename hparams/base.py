@@ -28,6 +28,7 @@ HPARAMS = HParams(
     vocab_size=37000,  # §5.1: shared source-target vocabulary of ~37,000.
     tokenizer_model_type="bpe",  # Byte-pair encoding.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece's default; cased.
+    activation="relu",  # The paper's ReLU.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The paper samples no segmentations.
     batch_size=None,  # Batches are sized in tokens, not sentences.
@@ -51,6 +52,10 @@ HPARAMS = HParams(
     log_every_steps=100,  # TensorBoard and progress bar interval.
     eval_every_steps=0,  # No validation BLEU during training...
     eval_sentences=200,  # ...(this many pairs when it is on).
+    mask_selection_rate=0.15,  # Masked LM only: BERT's 15% blanks...
+    mask_token_rate=0.8,  # ...80% of them [MASK]...
+    random_token_rate=0.1,  # ...10% a random piece, 10% unchanged.
+    whole_word_masking=False,  # Pieces chosen one by one.
     # Decoding.
     beam_size=4,  # §6.1: beam size 4...
     decode_alpha=0.6,  # ...length penalty α = 0.6...

@@ -36,6 +36,7 @@ HPARAMS = HParams(
     vocab_size=18559,  # Union of the min_cnt=20 word vocabularies (above).
     tokenizer_model_type="word",  # Whitespace words, not subwords.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
+    activation="relu",  # tf.nn.relu, as the reference.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=32,  # batch_size = 32 sentence pairs.
@@ -59,6 +60,10 @@ HPARAMS = HParams(
     log_every_steps=100,  # TensorBoard and progress bar interval.
     eval_every_steps=0,  # The references log no validation score.
     eval_sentences=200,  # (Pairs of that score, if turned on.)
+    mask_selection_rate=0.15,  # Masked LM only: BERT's 15% blanks...
+    mask_token_rate=0.8,  # ...80% of them [MASK]...
+    random_token_rate=0.1,  # ...10% a random piece, 10% unchanged.
+    whole_word_masking=False,  # Pieces chosen one by one.
     # Decoding.
     beam_size=1,  # Greedy argmax decoding.
     decode_alpha=0.0,  # No length penalty.

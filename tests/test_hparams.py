@@ -35,6 +35,8 @@ def test_registry_names():
         "multi30k_reference",
         "gpt_tiny",
         "gpt_multi30k",
+        "bert_tiny",
+        "bert_multi30k",
     }
     for name, module in hparams.REGISTRY.items():
         assert module.__name__ == f"hparams.{name}"

@@ -107,6 +107,9 @@ class HParams:
     # SentencePiece normalisation rule; "nmt_nfkc_cf" also lowercases, so
     # the model reads and writes lowercased text.
     tokenizer_normalization: str
+    # The feed-forward activation of the language models: "relu" or "gelu"
+    # (GPT's and BERT's); translation's Transformer keeps the paper's ReLU.
+    activation: str
 
     # --- Training.
     # Subword regularisation of the training batches: SentencePiece's
@@ -166,6 +169,15 @@ class HParams:
     eval_every_steps: int
     # Validation pairs of that score (a fixed subset, the split's first).
     eval_sentences: int
+    # Masked LM (BERT's masking, `tfattn.data.MaskGenerator`): the share of
+    # each text's pieces chosen as blanks...
+    mask_selection_rate: float
+    # ...of which this share becomes the mask piece...
+    mask_token_rate: float
+    # ...and this share a random piece (the rest stay as they are).
+    random_token_rate: float
+    # Choose whole words (all the pieces of a word, or none).
+    whole_word_masking: bool
 
     # --- Decoding (evaluation and export).
     # Beam width; 1 = greedy search.
@@ -178,20 +190,6 @@ class HParams:
     # (at most keep_checkpoints; train.py's --average_checkpoints wins).
     average_checkpoints: int
 
-    # --- Fields added after the sets above were written; their defaults
-    # reproduce the runs saved before them.
-    # The feed-forward activation of the language models: "relu" or "gelu"
-    # (GPT's and BERT's); translation's Transformer keeps the paper's ReLU.
-    activation: str = "relu"
-    # Masked LM (BERT's masking, `tfattn.data.MaskGenerator`): the share of
-    # each sentence's tokens chosen as blanks...
-    mask_selection_rate: float = 0.15
-    # ...of which this share becomes the mask piece...
-    mask_token_rate: float = 0.8
-    # ...and this share a random piece (the rest stay as they are).
-    random_token_rate: float = 0.1
-    # Choose whole words (all the pieces of a word, or none).
-    whole_word_masking: bool = False
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

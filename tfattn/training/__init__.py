@@ -282,9 +282,10 @@ def _write_run_files(run, chief, write_dir, latest):
 def _log_start(run, model, start_step, total_steps):
     hp, strategy = run.hparams, run.strategy
     parameters = model.count_params()
-    kind, layers = (("CausalLM", str(hp.num_layers))
-                    if hp.task == "language_model" else
-                    ("Transformer", f"{hp.num_layers}+{hp.num_layers}"))
+    kind, layers = {
+        "language_model": ("CausalLM", str(hp.num_layers)),
+        "masked_lm": ("MaskedLM", str(hp.num_layers)),
+    }.get(hp.task, ("Transformer", f"{hp.num_layers}+{hp.num_layers}"))
     logging.info(
         "Training a %s %s (%s parameters, %s layers of width %d, "
         "vocabulary %d) on %s from step %d to %d in %s (%d replica(s), %s).",
