@@ -56,6 +56,9 @@ def parse_args():
                         help="the feed-forward activation ('gelu': GPT's)")
     parser.add_argument("--tfattn_positional_encoding", default="sinusoid",
                         help="'learned': GPT's")
+    parser.add_argument("--tfattn_gpt2_embeddings", action="store_true",
+                        help="GPT-2's token table: N(0, 0.02), rows not "
+                        "scaled by sqrt(C) (overrides the initializer)")
     parser.add_argument("--models", default="tfattn,keras-hub",
                         help="which to train, comma-separated")
     return parser.parse_args()
@@ -92,8 +95,11 @@ def build(args, vocab, kind):
             ffn_units=256, dropout_rate=args.dropout, normalize_first=True,
             max_length=args.length, activation=args.tfattn_activation,
             positional_encoding=args.tfattn_positional_encoding,
-            embeddings_initializer=_initializer(
-                args.tfattn_embeddings_initializer), seed=args.seed)
+            embeddings_initializer=(
+                keras.initializers.RandomNormal(stddev=0.02)
+                if args.tfattn_gpt2_embeddings else _initializer(
+                    args.tfattn_embeddings_initializer)),
+            scale_embeddings=not args.tfattn_gpt2_embeddings, seed=args.seed)
     else:
         import keras_hub
 
@@ -154,10 +160,12 @@ def main():
         -1, args.length)
     evaluation = {split: encode(tokenizer, texts(args, split), args.length)
                   for split in ("validation", "test")}
+    table = ("GPT-2" if args.tfattn_gpt2_embeddings
+             else args.tfattn_embeddings_initializer)
     print(f"vocabulary {vocab}, {len(rows)} training captions, {args.steps} "
           f"steps of {args.batch} captions, seed {args.seed}; tfattn: "
           f"{args.tfattn_activation}, {args.tfattn_positional_encoding} "
-          f"positions, {args.tfattn_embeddings_initializer} embeddings")
+          f"positions, {table} embeddings")
     for kind in args.models.split(","):
         model = build(args, vocab, kind)
         begin = time.time()

@@ -245,6 +245,20 @@ def test_gelu_feed_forward_is_numpy_gelu_and_round_trips(tmp_path):
     np.testing.assert_array_equal(_np(loaded(ids)), _np(lm(ids)))
 
 
+def test_gpt2_embeddings_are_the_table_rows_unscaled():
+    lm = tiny_lm(seed=6, scale_embeddings=False, positional_encoding="learned",
+                 embeddings_initializer=keras.initializers.RandomNormal(
+                     stddev=0.02))
+    ids = np.array([[5, 6, 7]], "int32")
+    table = _np(lm.token_embedding.embeddings)
+    np.testing.assert_array_equal(_np(lm.token_embedding(ids)), table[ids])
+    config = lm.get_config()
+    assert config["scale_embeddings"] is False
+    rebuilt = CausalLM.from_config(config)
+    rebuilt(ids)
+    assert rebuilt.token_embedding.scale is False
+
+
 # --------------------------------------------------------------------------
 # Samplers against NumPy.
 
@@ -355,6 +369,9 @@ def test_top_k_above_the_vocabulary_is_refused(lm):
     (dict(normalize_first="yes"), "normalize_first='yes'"),
     (dict(flavor="reference_2019", tie_output=False), "tie_output"),
     (dict(activation="swirl"), "activation='swirl'"),
+    (dict(scale_embeddings="no"), "scale_embeddings='no'"),
+    (dict(flavor="reference_2019", scale_embeddings=False),
+     "reference fixes.*scale_embeddings=False"),
     (dict(flavor="reference_2019", activation="gelu"),
      "reference fixes.*activation='gelu'"),
 ])

@@ -62,6 +62,9 @@ class CausalLM(keras.Model):
             the flavour's, tied in paper and reference_2019).
         embeddings_initializer: a Keras initializer of the token table.
             Defaults to `"glorot_uniform"`.
+        scale_embeddings: bool. Multiply the looked-up rows by sqrt(C)
+            (the paper's §3.4). Defaults to `True`; GPT-2 does not (False,
+            with a table from N(0, 0.02)).
         activation: the feed-forward activation, a Keras activation name
             or callable. Defaults to `"relu"` (the paper's and the
             references', which fix it); `"gelu"` is GPT's.
@@ -93,7 +96,7 @@ class CausalLM(keras.Model):
                  flavor="paper", normalize_first=None, max_length=256,
                  positional_encoding=None, tie_output=None,
                  embeddings_initializer="glorot_uniform", activation="relu",
-                 seed=None, **kwargs):
+                 scale_embeddings=True, seed=None, **kwargs):
         """Checks the arguments; the sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, _CONTEXT)
         if normalize_first is not None:
@@ -109,6 +112,11 @@ class CausalLM(keras.Model):
                 embeddings_initializer, context=_CONTEXT))
         block_args["activation"] = checked_activation(
             activation, flavor, _CONTEXT)
+        validation.check_bool("scale_embeddings", scale_embeddings, _CONTEXT)
+        if flavor != "paper" and not scale_embeddings:
+            raise validation.invalid_argument(
+                "scale_embeddings", f"True in flavor '{flavor}', which the "
+                "reference fixes", scale_embeddings, _CONTEXT)
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.num_layers = num_layers
@@ -124,6 +132,7 @@ class CausalLM(keras.Model):
         self.tie_output = tie_output
         self.embeddings_initializer = initializer
         self.activation = activation
+        self.scale_embeddings = scale_embeddings
         self.seed = seed
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
@@ -138,7 +147,7 @@ class CausalLM(keras.Model):
         self.token_embedding = TokenEmbedding(
             self.vocab_size, self.num_units, dtype=self.dtype_policy,
             embeddings_initializer=self.embeddings_initializer,
-            name="token_embedding")
+            scale=self.scale_embeddings, name="token_embedding")
         self.positions = PositionalEncoding(
             kind=self._positional_kind, max_length=self.max_length,
             padding_mode=self._padding_mode, dtype=self.dtype_policy,
@@ -384,6 +393,7 @@ class CausalLM(keras.Model):
             embeddings_initializer=keras.initializers.serialize(
                 self.embeddings_initializer),
             activation=serialized_activation(self.activation),
+            scale_embeddings=self.scale_embeddings,
             seed=self.seed,
         )
         return with_sublayer_policies(self, config)
