@@ -51,6 +51,16 @@ def trained(tmp_path_factory):
     return root, model_dir
 
 
+def test_a_blank_written_as_a_word_loses_its_lone_word_start(trained):
+    _, model_dir = trained
+    _, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    space = tokenizer.piece_to_id("\u2581")
+    pieces = tokenizer.tokenize(["the [MASK] sat"]).to_list()[0]
+    assert space in pieces  # SentencePiece's own split: "▁" then [MASK]
+    kept = mlm_evaluation.without_blank_spaces(tokenizer, pieces)
+    assert kept == [p for p in pieces if p != space]
+
+
 def test_training_writes_a_masked_lm_with_a_mask_piece(trained):
     _, model_dir = trained
     saved = run_dir.load_saved_hparams(str(model_dir))
@@ -102,9 +112,14 @@ def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
     texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
     filled = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=3)
     assert [len(blanks) for blanks in filled] == [1, 2]
+    space = tokenizer.piece_to_id("\u2581")
     for text, blanks in zip(texts, filled):
-        ids = np.asarray([[2] + tokenizer.tokenize([text]).to_list()[0]
-                          + [3]], np.int32)
+        pieces = tokenizer.tokenize([text]).to_list()[0]
+        # A blank stands for a whole piece, its word start included (as in
+        # training): the lone "\u2581" SentencePiece writes before it goes.
+        pieces = [p for p, after in zip(pieces, pieces[1:] + [None])
+                  if not (p == space and after == 4)]
+        ids = np.asarray([[2] + pieces + [3]], np.int32)
         logits = np.asarray(model(ids), np.float64)[0]
         for position, got in zip(np.flatnonzero(ids[0] == 4), blanks):
             probs = np.exp(logits[position] - logits[position].max())

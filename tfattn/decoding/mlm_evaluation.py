@@ -29,20 +29,42 @@ from tfattn.utils import validation
 from tfattn.utils.files import write_text_atomically
 
 __all__ = ["masked_lm_scores", "fill_mask", "sample_fillings",
-           "evaluate_masked_lm"]
+           "evaluate_masked_lm", "without_blank_spaces"]
 
 _CONTEXT = "fill_mask"
 
 
-def _rows(tokenizer, texts, max_length):
-    """`<s> pieces </s>` rows [B, T] int32, right-padded, cut to fit."""
+def _rows(tokenizer, texts, max_length, blanks=False):
+    """`<s> pieces </s>` rows [B, T] int32, right-padded, cut to fit; with
+    `blanks`, `without_blank_spaces` first."""
     pieces = tokenizer.tokenize(list(texts)).to_list()
+    if blanks:
+        pieces = [without_blank_spaces(tokenizer, p) for p in pieces]
     width = min(max(len(p) for p in pieces) + 2, max_length)
     rows = np.zeros((len(pieces), width), np.int32)
     for row, ids in enumerate(pieces):
         ids = ([BOS_ID] + ids[:width - 2] + [EOS_ID])
         rows[row, :len(ids)] = ids
     return rows
+
+
+def without_blank_spaces(tokenizer, pieces):
+    """`pieces` without the lone word-start piece ("▁") that SentencePiece
+    puts before a `[MASK]` written as a word ("a [MASK] dog" gives "▁a",
+    "▁", "[MASK]", "▁dog"): in training a blank replaces a whole piece,
+    word start included, so the text then reads as training's blanks do.
+
+    Args:
+        tokenizer: SubwordTokenizer. Learnt with the mask piece.
+        pieces: list of int. One text's piece ids.
+
+    Returns:
+        list of int.
+    """
+    space, mask = tokenizer.piece_to_id("\u2581"), tokenizer.mask_id
+    return [p for i, p in enumerate(pieces)
+            if not (p == space and i + 1 < len(pieces)
+                    and pieces[i + 1] == mask)]
 
 
 def _log_softmax(logits):
@@ -121,7 +143,7 @@ def fill_mask(model, tokenizer, texts, top_k=5):
                 _CONTEXT)
     if not texts:
         return []
-    rows = _rows(tokenizer, texts, model.max_length)
+    rows = _rows(tokenizer, texts, model.max_length, blanks=True)
     mask_id = tokenizer.mask_id
     positions = [np.flatnonzero(row == mask_id) for row in rows]
     width = max(max(len(p) for p in positions), 1)

@@ -77,6 +77,7 @@ class MaskedLMExport(tf.Module):
                 "tokenizer", f"a vocabulary with the mask piece {MASK_PIECE}",
                 "<no mask piece>", _CONTEXT)
         self._mask_id = self.tokenizer.mask_id
+        self._space_id = self.tokenizer.piece_to_id("\u2581")
         self._max_length = model.max_length
         self._set_model(model)
         self.top_k = tf.Variable(self._top_k, dtype=tf.int32,
@@ -109,7 +110,7 @@ class MaskedLMExport(tf.Module):
         """
         texts = contract.utf8_checked(tf.ensure_shape(
             texts, [None], name="texts_must_be_a_vector_of_strings"))
-        pieces = self.tokenizer.tokenize(texts)
+        pieces = self._without_blank_spaces(self.tokenizer.tokenize(texts))
         batch = tf.shape(texts)[0]
         room = self._max_length - 2
         truncated = pieces.row_lengths() > room
@@ -138,6 +139,21 @@ class MaskedLMExport(tf.Module):
         return {"fillings": tf.where(used, words, ""),
                 "probabilities": tf.where(used, probs, 0.0),
                 "blanks": blanks, "truncated": truncated}
+
+    def _without_blank_spaces(self, pieces):
+        """`mlm_evaluation.without_blank_spaces` in the graph: drops the
+        lone "▁" piece before each `[MASK]`."""
+        flat = pieces.values
+        following = tf.concat([flat[1:], [-1]], axis=0)
+        last = tf.scatter_nd(
+            tf.maximum(pieces.row_limits() - 1, 0)[:, None],
+            tf.cast(pieces.row_lengths() > 0, tf.int32),
+            tf.shape(flat, out_type=tf.int64))
+        following = tf.where(last > 0, -1, tf.cast(following, tf.int32))
+        drop = tf.logical_and(tf.equal(flat, self._space_id),
+                              tf.equal(following, self._mask_id))
+        return tf.ragged.boolean_mask(
+            pieces, pieces.with_flat_values(tf.logical_not(drop)))
 
     def _pieces(self):
         vocab = tf.range(self._model.vocab_size)
