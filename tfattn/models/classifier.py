@@ -6,10 +6,10 @@ import numpy as np
 from keras import ops
 
 from tfattn.layers.dropout import Dropout
-from tfattn.models.layout import serialized_activation
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
 from tfattn.models.text_encoder import encoder_arguments
+from tfattn.models.text_encoder import encoder_config
 from tfattn.models.text_encoder import mean_over_tokens
 from tfattn.utils import validation
 
@@ -159,12 +159,8 @@ class SequenceClassifier(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name)
-                       for name in ENCODER_ARGUMENTS})
+        config.update(encoder_config(self))
         config.update(
-            embeddings_initializer=keras.initializers.serialize(
-                self.embeddings_initializer),
-            activation=serialized_activation(self.activation),
             num_classes=self.num_classes,
             pooling=self.pooling,
             classifier_dropout_rate=self.classifier_dropout_rate,

@@ -7,6 +7,7 @@ from tfattn.models.layout import serialized_activation
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
 from tfattn.models.text_encoder import encoder_arguments
+from tfattn.models.text_encoder import encoder_config
 from tfattn.utils import validation
 
 __all__ = ["MaskedLM", "MASK_ID"]
@@ -155,12 +156,8 @@ class MaskedLM(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name)
-                       for name in ENCODER_ARGUMENTS})
+        config.update(encoder_config(self))
         config.update(
-            embeddings_initializer=keras.initializers.serialize(
-                self.embeddings_initializer),
-            activation=serialized_activation(self.activation),
             head_activation=serialized_activation(self.head_activation),
             layer_norm_epsilon=self.layer_norm_epsilon,
             mask_token_id=self.mask_token_id,

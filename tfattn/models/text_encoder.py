@@ -158,13 +158,26 @@ class TextEncoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {name: getattr(self, name) for name in ENCODER_ARGUMENTS})
-        config["embeddings_initializer"] = keras.initializers.serialize(
-            self.embeddings_initializer)
-        config["activation"] = serialized_activation(self.activation)
+        config.update(encoder_config(self))
         config["context"] = self._context
         return config
+
+
+def encoder_config(owner):
+    """The `TextEncoder` arguments `owner` holds (a `TextEncoder`, or a
+    model that passes them on), serialized for `get_config`.
+
+    Args:
+        owner: an object with an attribute per `ENCODER_ARGUMENTS`.
+
+    Returns:
+        dict.
+    """
+    config = {name: getattr(owner, name) for name in ENCODER_ARGUMENTS}
+    config["embeddings_initializer"] = keras.initializers.serialize(
+        owner.embeddings_initializer)
+    config["activation"] = serialized_activation(owner.activation)
+    return config
 
 
 def encoder_arguments(kwargs):
