@@ -219,12 +219,27 @@ def export_language_model(model, tokenizer, export_dir, max_new_tokens=50,
     model_proto = model_proto_of(tokenizer)
     export_dir = files.local_directory("export_dir", export_dir, _CONTEXT)
     module = LanguageModelExport(model, model_proto, max_new_tokens)
+    write_export(module, model, model_proto, export_dir, overwrite)
+    return export_dir
+
+
+def write_export(module, model, model_proto, export_dir, overwrite):
+    """Writes `module`'s SavedModel (its `trace()` signatures), `spm.model`
+    and `model.keras` into `export_dir`, atomically: built beside it,
+    renamed when complete.
+
+    Args:
+        module: a `tf.Module` with a `trace()` method (the signatures).
+        model: the Keras model, saved as `model.keras`.
+        model_proto: bytes. The SentencePiece model.
+        export_dir: str. The checked local directory.
+        overwrite: bool. Replace an existing `export_dir`.
+    """
     with files.directory_written_atomically(export_dir, overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures=module.trace())
         with open(os.path.join(tmp, "spm.model"), "wb") as f:
             f.write(model_proto)
         model.save(os.path.join(tmp, "model.keras"))
-    return export_dir
 
 
 def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,

@@ -30,7 +30,6 @@ tensorflow-text::
 The directory also holds `model.keras` and `spm.model`.
 """
 
-import os
 
 import tensorflow as tf
 
@@ -40,6 +39,7 @@ from tfattn.data.tokenizer import MASK_PIECE
 from tfattn.data.tokenizer import SubwordTokenizer
 from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
+from tfattn.export.language_model import write_export
 from tfattn.utils import files
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
@@ -203,9 +203,5 @@ def export_masked_lm(model, tokenizer, export_dir, top_k=5,
     model_proto = model_proto_of(tokenizer)
     export_dir = files.local_directory("export_dir", export_dir, _CONTEXT)
     module = MaskedLMExport(model, model_proto, top_k)
-    with files.directory_written_atomically(export_dir, overwrite) as tmp:
-        tf.saved_model.save(module, tmp, signatures=module.trace())
-        with open(os.path.join(tmp, "spm.model"), "wb") as f:
-            f.write(model_proto)
-        model.save(os.path.join(tmp, "model.keras"))
+    write_export(module, model, model_proto, export_dir, overwrite)
     return export_dir
