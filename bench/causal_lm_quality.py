@@ -32,6 +32,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfattn  # noqa: E402
+from tfattn.config import KERNEL_INITIALIZERS  # noqa: E402
+from tfattn.config import kernel_initializer  # noqa: E402
 from tfattn.data import sources  # noqa: E402
 from tfattn.data import train_tokenizer  # noqa: E402
 
@@ -59,6 +61,10 @@ def parse_args():
     parser.add_argument("--tfattn_gpt2_embeddings", action="store_true",
                         help="GPT-2's token table: N(0, 0.02), rows not "
                         "scaled by sqrt(C) (overrides the initializer)")
+    parser.add_argument("--tfattn_kernel_initializer",
+                        default="glorot_uniform", choices=KERNEL_INITIALIZERS,
+                        help="the Dense kernels' initializer "
+                        "(tfattn.config.KERNEL_INITIALIZERS)")
     parser.add_argument("--models", default="tfattn,keras-hub",
                         help="which to train, comma-separated")
     return parser.parse_args()
@@ -99,7 +105,9 @@ def build(args, vocab, kind):
                 keras.initializers.RandomNormal(stddev=0.02)
                 if args.tfattn_gpt2_embeddings else _initializer(
                     args.tfattn_embeddings_initializer)),
-            scale_embeddings=not args.tfattn_gpt2_embeddings, seed=args.seed)
+            scale_embeddings=not args.tfattn_gpt2_embeddings, seed=args.seed,
+            kernel_initializer=kernel_initializer(
+                args.tfattn_kernel_initializer))
     else:
         import keras_hub
 

@@ -34,6 +34,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfattn  # noqa: E402
+from tfattn.config import KERNEL_INITIALIZERS  # noqa: E402
+from tfattn.config import kernel_initializer  # noqa: E402
 from tfattn.data import monolingual  # noqa: E402
 from tfattn.data import sources  # noqa: E402
 from tfattn.data import train_tokenizer  # noqa: E402
@@ -51,6 +53,10 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--tfattn_kernel_initializer",
+                        default="glorot_uniform", choices=KERNEL_INITIALIZERS,
+                        help="the Dense kernels' initializer "
+                        "(tfattn.config.KERNEL_INITIALIZERS)")
     parser.add_argument("--models", default="tfattn,keras-hub",
                         help="which to train, comma-separated")
     return parser.parse_args()
@@ -79,7 +85,9 @@ def build(args, vocab, kind):
             ffn_units=256, dropout_rate=args.dropout, normalize_first=True,
             max_length=args.length, activation="gelu",
             embeddings_initializer=keras.initializers.RandomNormal(
-                stddev=128 ** -0.5), seed=args.seed)
+                stddev=128 ** -0.5), seed=args.seed,
+            kernel_initializer=kernel_initializer(
+                args.tfattn_kernel_initializer))
     else:
         import keras_hub
 

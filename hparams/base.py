@@ -29,6 +29,7 @@ HPARAMS = HParams(
     tokenizer_model_type="bpe",  # Byte-pair encoding.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece's default; cased.
     activation="relu",  # The paper's ReLU.
+    kernel_initializer="glorot_uniform",  # Keras's default.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The paper samples no segmentations.
     batch_size=None,  # Batches are sized in tokens, not sentences.

@@ -37,6 +37,7 @@ HPARAMS = HParams(
     tokenizer_model_type="word",  # Whitespace words, not subwords.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     activation="relu",  # tf.nn.relu, as the reference.
+    kernel_initializer="glorot_uniform",  # tf.layers.dense's, as the reference.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=32,  # batch_size = 32 sentence pairs.

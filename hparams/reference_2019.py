@@ -32,6 +32,7 @@ HPARAMS = HParams(
     tokenizer_model_type="bpe",  # prepro.py: --model_type=bpe.
     tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     activation="relu",  # tf.nn.relu, as the reference.
+    kernel_initializer="glorot_uniform",  # tf.layers.dense's, as the reference.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=128,  # --batch_size 128 sentence pairs.

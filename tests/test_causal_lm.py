@@ -259,6 +259,40 @@ def test_gpt2_embeddings_are_the_table_rows_unscaled():
     assert rebuilt.token_embedding.scale is False
 
 
+def _kernels(model):
+    return {w.path: _np(w) for w in model.weights
+            if w.path.endswith("/kernel")}
+
+
+def test_kernel_initializer_draws_every_dense_kernel(tmp_path):
+    # GPT-2 draws every projection from N(0, 0.02); Keras's glorot_uniform
+    # gives these 16x16 .. 16x40 kernels a std of 0.16 to 0.25.
+    gpt2 = keras.initializers.RandomNormal(stddev=0.02)
+    lm = tiny_lm(seed=2, tie_output=False, kernel_initializer=gpt2)
+    lm(np.array([[5, 6, 7]], "int32"))
+    kernels = _kernels(lm)
+    assert any("output_dense" in path for path in kernels)
+    assert len(kernels) >= 7  # 4 attention, 2 feed-forward, 1 head
+    for path, kernel in kernels.items():
+        assert 0.012 < kernel.std() < 0.028, (path, kernel.std())
+    # Each kernel draws its own values from the one initializer.
+    first, second = list(kernels.values())[:2]
+    assert not np.array_equal(first, second)
+    glorot = _kernels(tiny_lm(seed=2))
+    assert min(k.std() for k in glorot.values()) > 0.1
+    config = lm.get_config()
+    assert config["kernel_initializer"]["class_name"] == "RandomNormal"
+    path = str(tmp_path / "init.keras")
+    lm.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.kernel_initializer.stddev == 0.02
+
+
+def test_kernel_initializer_is_refused_by_name():
+    with pytest.raises(ValueError, match="kernel_initializer='nope'"):
+        CausalLM(vocab_size=VOCAB, kernel_initializer="nope")
+
+
 # --------------------------------------------------------------------------
 # Samplers against NumPy.
 

@@ -297,6 +297,8 @@ def test_malformed_overrides(text):
         ("learning_rate_schedule=constant,learning_rate=none", "learning_rate"),
         ("max_train_length=1000", "max_train_length"),
         ("embeddings_initializer=zeros", "embeddings_initializer"),
+        ("kernel_initializer=zeros", "kernel_initializer"),
+        ("kernel_initializer=normal_0.02", "kernel_initializer"),
         ("tokenizer_normalization=lowercase", "tokenizer_normalization"),
         ("eval_every_steps=-1", "eval_every_steps"),
         ("eval_sentences=0", "eval_sentences"),
@@ -399,6 +401,25 @@ def test_scaled_normal_embeddings_have_std_num_units_to_the_minus_half():
     assert glorot.embeddings_initializer.__class__.__name__ == "GlorotUniform"
     restored = Transformer.from_config(model.get_config())
     assert restored.embeddings_initializer.stddev == 0.125
+
+
+@pytest.mark.parametrize("task, cls, name, expected", [
+    ("language_model", "CausalLM", "normal_0.02", ("RandomNormal", 0.02)),
+    ("masked_lm", "MaskedLM", "truncated_normal_0.02",
+     ("TruncatedNormal", 0.02)),
+    ("masked_lm", "MaskedLM", "glorot_uniform", ("GlorotUniform", None)),
+])
+def test_kernel_initializer_reaches_the_language_models(task, cls, name,
+                                                        expected):
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import tfattn
+
+    hp = dataclasses.replace(hparams.get("tiny"), task=task,
+                             kernel_initializer=name)
+    model = getattr(tfattn.models, cls)(**config.model_kwargs(hp, 50))
+    initializer = model.kernel_initializer
+    assert type(initializer).__name__ == expected[0]
+    assert getattr(initializer, "stddev", None) == expected[1]
 
 
 def test_differences_and_field_groups():

@@ -152,6 +152,9 @@ def test_loading_an_encoder_of_other_shapes_is_refused_and_copies_nothing(
     (MaskedLM, dict(head_activation="swirl"), "head_activation='swirl'"),
     (MaskedLM, dict(layer_norm_epsilon=0.0), "layer_norm_epsilon=0.0"),
     (MaskedLM, dict(num_units=15), "MaskedLM.*num_units"),
+    (MaskedLM, dict(kernel_initializer=3), "kernel_initializer=3"),
+    (SequenceClassifier, dict(kernel_initializer="nope"),
+     "SequenceClassifier.*kernel_initializer='nope'"),
     (TextEncoder, dict(flavor="reference_2019", normalize_first=True),
      "normalize_first"),
 ])
@@ -168,6 +171,24 @@ def test_ids_out_of_the_vocabulary_are_refused_by_name(mlm):
         mlm(np.array([[2, VOCAB, 3]], "int32"))
     with pytest.raises(ValueError, match="inputs.*token_ids"):
         mlm({"ids": IDS})
+
+
+@pytest.mark.parametrize("cls", [MaskedLM, SequenceClassifier])
+def test_kernel_initializer_draws_the_encoder_and_head_kernels(cls):
+    # BERT draws every Dense kernel from a normal truncated at 2 std,
+    # std 0.02; the heads (MLM transform, classifier output) included.
+    bert = keras.initializers.TruncatedNormal(stddev=0.02)
+    model = tiny(cls, seed=4, kernel_initializer=bert)
+    model(IDS)
+    kernels = {w.path: np.asarray(ops.convert_to_numpy(w))
+               for w in model.weights if w.path.endswith("/kernel")}
+    head = "head_dense" if cls is MaskedLM else "output_dense"
+    assert any(head in path for path in kernels)
+    for path, kernel in kernels.items():
+        assert np.abs(kernel).max() <= 0.04 + 1e-7, path  # truncated at 2 std
+        assert 0.01 < kernel.std() < 0.025, (path, kernel.std())
+    rebuilt = cls.from_config(model.get_config())
+    assert rebuilt.kernel_initializer.stddev == 0.02
 
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])

@@ -36,10 +36,12 @@ from tfattn.utils.validation import FLAVORS
 __all__ = [
     "TASKS", "POSITIONAL_ENCODINGS", "TOKENIZER_MODEL_TYPES",
     "TOKENIZER_NORMALIZATIONS",
-    "LEARNING_RATE_SCHEDULES", "EMBEDDINGS_INITIALIZERS", "HParams",
+    "LEARNING_RATE_SCHEDULES", "EMBEDDINGS_INITIALIZERS",
+    "KERNEL_INITIALIZERS", "HParams",
     "MODEL_FIELDS", "DECODING_FIELDS", "BATCH_FIELDS", "RESUMABLE_FIELDS",
     "ADDED_FIELDS", "field_names", "training_fields", "model_kwargs",
-    "embeddings_initializer", "to_dict", "to_json", "from_json",
+    "embeddings_initializer", "kernel_initializer", "to_dict", "to_json",
+    "from_json",
     "differences", "decoding_kwargs", "parse_overrides",
 ]
 
@@ -56,6 +58,11 @@ ACTIVATIONS = ("relu", "gelu")
 # "glorot_uniform": Keras's default; "scaled_normal": N(0, num_units^-0.5),
 # as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale).
 EMBEDDINGS_INITIALIZERS = ("glorot_uniform", "scaled_normal")
+# The language models' Dense kernels: "glorot_uniform" (Keras's default),
+# "normal_0.02" (N(0, 0.02): GPT-2's) or "truncated_normal_0.02" (the same
+# truncated at two standard deviations: BERT's).
+KERNEL_INITIALIZERS = ("glorot_uniform", "normal_0.02",
+                       "truncated_normal_0.02")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +117,10 @@ class HParams:
     # The feed-forward activation of the language models: "relu" or "gelu"
     # (GPT's and BERT's); translation's Transformer keeps the paper's ReLU.
     activation: str
+    # The language models' Dense kernels: "glorot_uniform" (Keras's),
+    # "normal_0.02" (GPT-2's) or "truncated_normal_0.02" (BERT's); the
+    # translation Transformer keeps glorot_uniform.
+    kernel_initializer: str
 
     # --- Training.
     # Subword regularisation of the training batches: SentencePiece's
@@ -206,7 +217,7 @@ MODEL_FIELDS = (
     "dropout_rate", "attention_dropout_rate", "normalize_first",
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
     "embeddings_initializer", "vocab_size", "tokenizer_model_type",
-    "tokenizer_normalization", "activation",
+    "tokenizer_normalization", "activation", "kernel_initializer",
 )
 DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
                    "average_checkpoints")
@@ -230,7 +241,8 @@ ADDED_FIELDS = dict(task="translation",
                     tokenizer_sampling_alpha=0.0, rdrop_alpha=0.0,
                     activation="relu", mask_selection_rate=0.15,
                     mask_token_rate=0.8, random_token_rate=0.1,
-                    whole_word_masking=False)
+                    whole_word_masking=False,
+                    kernel_initializer="glorot_uniform")
 
 
 def field_names():
@@ -279,13 +291,15 @@ def model_kwargs(hp, vocab_size):
         tie_output=hp.tie_output,
         embeddings_initializer=embeddings_initializer(hp),
     )
+    language_model = dict(
+        vocab_size=vocab_size, activation=hp.activation,
+        kernel_initializer=kernel_initializer(hp.kernel_initializer),
+        **common)
     if hp.task == "language_model":
-        return dict(vocab_size=vocab_size, activation=hp.activation,
-                    **common)
+        return language_model
     if hp.task == "masked_lm":
-        common.pop("tie_output")  # BERT's head is always tied.
-        return dict(vocab_size=vocab_size, activation=hp.activation,
-                    **common)
+        language_model.pop("tie_output")  # BERT's head is always tied.
+        return language_model
     return dict(source_vocab_size=vocab_size, target_vocab_size=vocab_size,
                 share_embeddings=hp.share_embeddings, **common)
 
@@ -305,6 +319,25 @@ def embeddings_initializer(hp):
         return {"class_name": "RandomNormal", "config": {
             "mean": 0.0, "stddev": hp.num_units ** -0.5, "seed": None}}
     return hp.embeddings_initializer
+
+
+def kernel_initializer(name):
+    """The Keras initializer (config dict or name) of a
+    `KERNEL_INITIALIZERS` name.
+
+    Args:
+        name: str, one of `KERNEL_INITIALIZERS`.
+
+    Returns:
+        dict or str. A `RandomNormal` or `TruncatedNormal` config of stddev
+        0.02, or `"glorot_uniform"`.
+    """
+    kinds = {"normal_0.02": "RandomNormal",
+             "truncated_normal_0.02": "TruncatedNormal"}
+    if name in kinds:
+        return {"class_name": kinds[name], "config": {
+            "mean": 0.0, "stddev": 0.02, "seed": None}}
+    return name
 
 
 # ----------------------------------------------------------------------
@@ -332,6 +365,7 @@ def _check_choices(hp):
             ("tokenizer_normalization", TOKENIZER_NORMALIZATIONS),
             ("learning_rate_schedule", LEARNING_RATE_SCHEDULES),
             ("embeddings_initializer", EMBEDDINGS_INITIALIZERS),
+            ("kernel_initializer", KERNEL_INITIALIZERS),
             ("activation", ACTIVATIONS)):
         if getattr(hp, name) not in choices:
             raise _invalid(name, "one of " + ", ".join(map(repr, choices)),

@@ -139,6 +139,10 @@ def _check_limits(hp):
     if hp.task == "translation" and hp.activation != "relu":
         raise _invalid("activation", "'relu' for task='translation' (the "
                        "Transformer keeps the paper's ReLU)", hp.activation)
+    if hp.task == "translation" and hp.kernel_initializer != "glorot_uniform":
+        raise _invalid("kernel_initializer", "'glorot_uniform' for "
+                       "task='translation' (the Transformer keeps Keras's "
+                       "default)", hp.kernel_initializer)
     if hp.activation != "relu" and hp.flavor != "paper":
         raise _invalid("activation", f"'relu' in flavor {hp.flavor!r}, "
                        "which the reference fixes", hp.activation)

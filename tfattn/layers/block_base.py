@@ -9,6 +9,7 @@ from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.quantization import with_sublayer_policies
+from tfattn.utils.seeds import sublayer_seed
 from tfattn.utils.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
@@ -189,7 +190,7 @@ class BlockBase(keras.layers.Layer):
             ),
             causality=causality,
             flavor=self.flavor,
-            seed=self.seed,
+            seed=sublayer_seed(self.seed, name),
             dtype=self.dtype_policy,
             name=name,
             **self._initializers(),
@@ -209,8 +210,8 @@ class BlockBase(keras.layers.Layer):
 
     def _dropout(self, name):
         return Dropout(
-            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy,
-            name=name,
+            self.dropout_rate, seed=sublayer_seed(self.seed, name),
+            dtype=self.dtype_policy, name=name,
         )
 
     def _build_feed_forward(self, input_shape):

@@ -55,7 +55,7 @@ class Decoder(Encoder):
         self.blocks = [
             DecoderBlock(
                 use_cross_attention=self.use_cross_attention,
-                **self._block_config(),
+                **self._block_config(f"block_{i}"),
                 dtype=self.dtype_policy,
                 name=f"block_{i}",
             )

@@ -5,6 +5,7 @@ import keras
 from tfattn.utils import validation
 from tfattn.layers.block_base import BlockBase
 from tfattn.layers.encoder_block import EncoderBlock
+from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["Encoder"]
 
@@ -44,16 +45,19 @@ class Encoder(BlockBase):
         super().__init__(**kwargs)
         self.num_layers = num_layers
 
-    def _block_config(self):
+    def _block_config(self, name):
+        """The arguments of block `name`: the stack's, with a seed of its
+        own (`tfattn.utils.seeds`)."""
         config = BlockBase.get_config(self)
         for key in ("name", "trainable", "dtype"):
             config.pop(key, None)
+        config["seed"] = sublayer_seed(self.seed, name)
         return config
 
     def build(self, x_shape):
         self.blocks = [
-            EncoderBlock(**self._block_config(), dtype=self.dtype_policy,
-                         name=f"block_{i}")
+            EncoderBlock(**self._block_config(f"block_{i}"),
+                         dtype=self.dtype_policy, name=f"block_{i}")
             for i in range(self.num_layers)
         ]
         for block in self.blocks:

@@ -10,7 +10,7 @@ import keras
 
 from tfattn.utils import validation
 
-__all__ = ["fresh_initializers", "initializer_arguments"]
+__all__ = ["fresh_initializer", "fresh_initializers", "initializer_arguments"]
 
 
 def initializer_arguments(context, **named):
@@ -52,6 +52,19 @@ def fresh_initializers(options):
     Returns:
         dict. A copy of `options` with fresh initializer objects.
     """
-    return {name: keras.initializers.get(keras.initializers.serialize(value))
+    return {name: fresh_initializer(value)
             if name.endswith("_initializer") else value
             for name, value in options.items()}
+
+
+def fresh_initializer(initializer):
+    """A new Keras initializer object with `initializer`'s configuration,
+    for one more sublayer (see `fresh_initializers`).
+
+    Args:
+        initializer: a Keras initializer object.
+
+    Returns:
+        A Keras initializer object.
+    """
+    return keras.initializers.get(keras.initializers.serialize(initializer))

@@ -8,6 +8,8 @@ from tfattn import decoding
 from tfattn.decoding import samplers as samplers_lib
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.dropout import Dropout
+from tfattn.layers.initializers import fresh_initializer
+from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
@@ -18,6 +20,7 @@ from tfattn.models.layout import checked_layout
 from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
 from tfattn.utils import validation
+from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["CausalLM"]
 
@@ -69,6 +72,10 @@ class CausalLM(keras.Model):
             or callable. Defaults to `"relu"` (the paper's and the
             references', which fix it); `"gelu"` is GPT's.
         seed: int or None. Dropout seed.
+        kernel_initializer: a Keras initializer of every Dense kernel (the
+            blocks' projections and feed-forward layers, and an untied
+            output head). Defaults to `"glorot_uniform"` (Keras's); GPT-2's
+            is `keras.initializers.RandomNormal(stddev=0.02)`.
 
     Call arguments:
         - ids: int [B, T], 0 = padding; or a `train.py` batch, the dict
@@ -96,7 +103,8 @@ class CausalLM(keras.Model):
                  flavor="paper", normalize_first=None, max_length=256,
                  positional_encoding=None, tie_output=None,
                  embeddings_initializer="glorot_uniform", activation="relu",
-                 scale_embeddings=True, seed=None, **kwargs):
+                 scale_embeddings=True, seed=None,
+                 kernel_initializer="glorot_uniform", **kwargs):
         """Checks the arguments; the sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, _CONTEXT)
         if normalize_first is not None:
@@ -112,6 +120,8 @@ class CausalLM(keras.Model):
                 embeddings_initializer, context=_CONTEXT))
         block_args["activation"] = checked_activation(
             activation, flavor, _CONTEXT)
+        block_args.update(initializer_arguments(
+            _CONTEXT, kernel_initializer=kernel_initializer))
         validation.check_bool("scale_embeddings", scale_embeddings, _CONTEXT)
         if flavor != "paper" and not scale_embeddings:
             raise validation.invalid_argument(
@@ -134,6 +144,7 @@ class CausalLM(keras.Model):
         self.activation = activation
         self.scale_embeddings = scale_embeddings
         self.seed = seed
+        self.kernel_initializer = block_args["kernel_initializer"]
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
         self._positional_kind = positional
@@ -153,16 +164,20 @@ class CausalLM(keras.Model):
             padding_mode=self._padding_mode, dtype=self.dtype_policy,
             name="positions")
         self.embedding_dropout = Dropout(
-            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy,
-            name="embedding_dropout")
+            self.dropout_rate, seed=sublayer_seed(self.seed,
+                                                  "embedding_dropout"),
+            dtype=self.dtype_policy, name="embedding_dropout")
         self.decoder = Decoder(
             use_cross_attention=False, num_layers=self.num_layers,
-            seed=self.seed, dtype=self.dtype_policy, name="decoder",
+            seed=sublayer_seed(self.seed, "decoder"),
+            dtype=self.dtype_policy, name="decoder",
             **self._block_args)
         self.output_dense = None
         if not self._tied:
             self.output_dense = keras.layers.Dense(
-                self.vocab_size, dtype=self.dtype_policy, name="output_dense")
+                self.vocab_size, kernel_initializer=fresh_initializer(
+                    self.kernel_initializer),
+                dtype=self.dtype_policy, name="output_dense")
         x_shape = tuple(ids_shape) + (self.num_units,)
         self.token_embedding.build(ids_shape)
         self.positions.build(x_shape)
@@ -395,6 +410,8 @@ class CausalLM(keras.Model):
             activation=serialized_activation(self.activation),
             scale_embeddings=self.scale_embeddings,
             seed=self.seed,
+            kernel_initializer=keras.initializers.serialize(
+                self.kernel_initializer),
         )
         return with_sublayer_policies(self, config)
 

@@ -6,12 +6,14 @@ import numpy as np
 from keras import ops
 
 from tfattn.layers.dropout import Dropout
+from tfattn.layers.initializers import fresh_initializer
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
 from tfattn.models.text_encoder import encoder_arguments
 from tfattn.models.text_encoder import encoder_config
 from tfattn.models.text_encoder import mean_over_tokens
 from tfattn.utils import validation
+from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["SequenceClassifier"]
 
@@ -141,10 +143,12 @@ class SequenceClassifier(keras.Model):
         rate = (self.dropout_rate if self.classifier_dropout_rate is None
                 else self.classifier_dropout_rate)
         self.classifier_dropout = Dropout(
-            rate, seed=self.seed, dtype=self.dtype_policy,
-            name="classifier_dropout")
+            rate, seed=sublayer_seed(self.seed, "classifier_dropout"),
+            dtype=self.dtype_policy, name="classifier_dropout")
         self.output_dense = keras.layers.Dense(
-            self.num_classes, dtype=self.dtype_policy, name="output_dense")
+            self.num_classes,
+            kernel_initializer=fresh_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy, name="output_dense")
         self.text_encoder.build(tuple(ids_shape))
         self.output_dense.build((None, self.num_units))
         self.built = True

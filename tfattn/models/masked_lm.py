@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfattn.layers.initializers import fresh_initializer
 from tfattn.models.layout import serialized_activation
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
@@ -24,7 +25,8 @@ class MaskedLM(keras.Model):
     """BERT-style masked language model: a `TextEncoder` and BERT's head.
 
     The head (Devlin et al. 2019, as in keras-hub's `BertMaskedLM` and
-    Model Garden's `MaskedLM`): Dense(C) with `head_activation`, a layer
+    Model Garden's `MaskedLM`): Dense(C) with `head_activation` (its kernel
+    drawn from `kernel_initializer`), a layer
     norm, then the projection tied to the token embedding (`x · tableᵀ`)
     plus a bias of its own. Given `mask_positions`, the head runs at those
     positions only (the encoder still sees the whole sentence), which is
@@ -106,6 +108,7 @@ class MaskedLM(keras.Model):
             **self._encoder_kwargs)
         self.head_dense = keras.layers.Dense(
             self.num_units, activation=self.head_activation,
+            kernel_initializer=fresh_initializer(self.kernel_initializer),
             dtype=self.dtype_policy, name="head_dense")
         self.head_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,

@@ -6,6 +6,7 @@ from keras import ops
 
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
+from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models import _ids
@@ -14,6 +15,7 @@ from tfattn.models.layout import checked_layout
 from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
 from tfattn.utils import validation
+from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["TextEncoder"]
 
@@ -24,7 +26,7 @@ ENCODER_ARGUMENTS = (
     "vocab_size", "num_layers", "num_units", "num_heads", "ffn_units",
     "dropout_rate", "attention_dropout_rate", "flavor", "normalize_first",
     "max_length", "positional_encoding", "embeddings_initializer",
-    "activation", "seed",
+    "activation", "seed", "kernel_initializer",
 )
 
 
@@ -57,6 +59,11 @@ class TextEncoder(keras.layers.Layer):
         activation: the feed-forward activation. Defaults to `"relu"`;
             `"gelu"` is BERT's (the reference flavours fix ReLU).
         seed: int or None. Dropout seed.
+        kernel_initializer: a Keras initializer of every Dense kernel (the
+            blocks' projections and feed-forward layers, and the heads of
+            the models that own this encoder). Defaults to
+            `"glorot_uniform"` (Keras's); BERT's is
+            `keras.initializers.TruncatedNormal(stddev=0.02)`.
 
     Call arguments:
         - ids: int [B, T], 0 = padding.
@@ -73,7 +80,8 @@ class TextEncoder(keras.layers.Layer):
                  flavor="paper", normalize_first=None, max_length=256,
                  positional_encoding=None,
                  embeddings_initializer="glorot_uniform", activation="relu",
-                 seed=None, context=_CONTEXT, **kwargs):
+                 seed=None, kernel_initializer="glorot_uniform",
+                 context=_CONTEXT, **kwargs):
         """Checks the arguments (messages prefixed with `context`, the
         model that owns the encoder); sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, context)
@@ -86,6 +94,8 @@ class TextEncoder(keras.layers.Layer):
             None, embeddings_initializer, context=context)
         block_args["activation"] = checked_activation(
             activation, flavor, context)
+        block_args.update(initializer_arguments(
+            context, kernel_initializer=kernel_initializer))
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.num_layers = num_layers
@@ -101,6 +111,7 @@ class TextEncoder(keras.layers.Layer):
         self.embeddings_initializer = initializer
         self.activation = activation
         self.seed = seed
+        self.kernel_initializer = block_args["kernel_initializer"]
         self._context = context
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
@@ -116,9 +127,11 @@ class TextEncoder(keras.layers.Layer):
             padding_mode=self._padding_mode, dtype=self.dtype_policy,
             name="positions")
         self.embedding_dropout = Dropout(
-            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy,
-            name="embedding_dropout")
-        self.encoder = Encoder(num_layers=self.num_layers, seed=self.seed,
+            self.dropout_rate, seed=sublayer_seed(self.seed,
+                                                  "embedding_dropout"),
+            dtype=self.dtype_policy, name="embedding_dropout")
+        self.encoder = Encoder(num_layers=self.num_layers,
+                               seed=sublayer_seed(self.seed, "encoder"),
                                dtype=self.dtype_policy, name="encoder",
                                **self._block_args)
         x_shape = tuple(ids_shape) + (self.num_units,)
@@ -174,8 +187,8 @@ def encoder_config(owner):
         dict.
     """
     config = {name: getattr(owner, name) for name in ENCODER_ARGUMENTS}
-    config["embeddings_initializer"] = keras.initializers.serialize(
-        owner.embeddings_initializer)
+    for name in ("embeddings_initializer", "kernel_initializer"):
+        config[name] = keras.initializers.serialize(getattr(owner, name))
     config["activation"] = serialized_activation(owner.activation)
     return config
 

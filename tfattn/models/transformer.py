@@ -14,6 +14,7 @@ from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models import _ids
 from tfattn.models.layout import checked_layout
 from tfattn.ops import masking
+from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Transformer"]
 
@@ -163,13 +164,15 @@ class Transformer(keras.Model):
             if positional_encoding == "learned" else self.source_positions
         )
         self.embedding_dropout = Dropout(
-            self.dropout_rate, seed=seed, dtype=self.dtype_policy,
-            name="embedding_dropout"
+            self.dropout_rate, seed=sublayer_seed(seed, "embedding_dropout"),
+            dtype=self.dtype_policy, name="embedding_dropout"
         )
-        stack_args = dict(block_args, num_layers=self.num_layers, seed=seed,
+        stack_args = dict(block_args, num_layers=self.num_layers,
                           dtype=self.dtype_policy)
-        self.encoder = Encoder(name="encoder", **stack_args)
-        self.decoder = Decoder(name="decoder", **stack_args)
+        self.encoder = Encoder(name="encoder", seed=sublayer_seed(
+            seed, "encoder"), **stack_args)
+        self.decoder = Decoder(name="decoder", seed=sublayer_seed(
+            seed, "decoder"), **stack_args)
         self.output_dense = None
         if not self.tie_output:
             self.output_dense = keras.layers.Dense(
