@@ -9,11 +9,11 @@ both (loss: sparse cross-entropy over the non-padding targets). Then the
 validation (and test) perplexity per subword, summed over every target
 piece in NumPy from each model's logits.
 
-Sizes: `gpt_multi30k`'s (4 pre-norm layers of width 128, 4 heads, FFN 256,
-dropout 0.3, tied head, token table from N(0, 128^-0.5)); keras-hub's
-`GPT2Backbone` with the same layers, width, heads, FFN and dropout (GPT-2's
-learned positions, GELU and its own initializers against tfattn's
-sinusoid and ReLU).
+Sizes and settings: `gpt_multi30k`'s (4 pre-norm layers of width 128, 4
+heads, FFN 256, GELU, learned positions, N(0, 0.02) kernels, dropout 0.3,
+tied head, token table from N(0, 128^-0.5)); keras-hub's `GPT2Backbone`
+with the same layers, width, heads, FFN and dropout (its own token table
+and initializers).
 
     python bench/causal_lm_quality.py --manual_dir=DIR   # Multi30k's *.gz
 """
@@ -54,15 +54,16 @@ def parse_args():
                         default="scaled_normal",
                         help="gpt_multi30k's (N(0, C^-0.5)); "
                         "'glorot_uniform' is CausalLM's default")
-    parser.add_argument("--tfattn_activation", default="relu",
-                        help="the feed-forward activation ('gelu': GPT's)")
-    parser.add_argument("--tfattn_positional_encoding", default="sinusoid",
-                        help="'learned': GPT's")
+    parser.add_argument("--tfattn_activation", default="gelu",
+                        help="the feed-forward activation (gpt_multi30k's "
+                        "and GPT's 'gelu')")
+    parser.add_argument("--tfattn_positional_encoding", default="learned",
+                        help="gpt_multi30k's and GPT's 'learned'")
     parser.add_argument("--tfattn_gpt2_embeddings", action="store_true",
                         help="GPT-2's token table: N(0, 0.02), rows not "
                         "scaled by sqrt(C) (overrides the initializer)")
     parser.add_argument("--tfattn_kernel_initializer",
-                        default="glorot_uniform", choices=KERNEL_INITIALIZERS,
+                        default="normal_0.02", choices=KERNEL_INITIALIZERS,
                         help="the Dense kernels' initializer "
                         "(tfattn.config.KERNEL_INITIALIZERS)")
     parser.add_argument("--models", default="tfattn,keras-hub",

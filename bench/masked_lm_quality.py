@@ -53,6 +53,11 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--tfattn_post_norm", action="store_true",
+                        help="post-norm blocks (BERT's); bert_multi30k's "
+                        "are pre-norm")
+    parser.add_argument("--tfattn_positional_encoding", default="sinusoid",
+                        help="'learned': BERT's")
     parser.add_argument("--tfattn_kernel_initializer",
                         default="glorot_uniform", choices=KERNEL_INITIALIZERS,
                         help="the Dense kernels' initializer "
@@ -82,7 +87,9 @@ def build(args, vocab, kind):
     if kind == "tfattn":
         model = tfattn.models.MaskedLM(
             vocab_size=vocab, num_layers=4, num_units=128, num_heads=4,
-            ffn_units=256, dropout_rate=args.dropout, normalize_first=True,
+            ffn_units=256, dropout_rate=args.dropout,
+            normalize_first=not args.tfattn_post_norm,
+            positional_encoding=args.tfattn_positional_encoding,
             max_length=args.length, activation="gelu",
             embeddings_initializer=keras.initializers.RandomNormal(
                 stddev=128 ** -0.5), seed=args.seed,
@@ -153,7 +160,10 @@ def main():
         for i, split in enumerate(("validation", "test"))}
     print(f"vocabulary {vocab}, {len(rows)} training captions, {args.steps} "
           f"steps of {args.batch} captions, seed {args.seed}, peak rate "
-          f"{args.peak_learning_rate}")
+          f"{args.peak_learning_rate}; tfattn: "
+          f"{'post' if args.tfattn_post_norm else 'pre'}-norm, "
+          f"{args.tfattn_positional_encoding} positions, "
+          f"{args.tfattn_kernel_initializer} kernels")
     for kind in args.models.split(","):
         model = build(args, vocab, kind)
         begin = time.time()

@@ -6,8 +6,10 @@ for a small corpus) as a 4-layer `tfattn.CausalLM` with a tied head, on one
 side of the corpus: `python train.py --hparams=gpt_multi30k
 --dataset=multi30k --manual_dir=DIR --target_language=en`. An 8,000-piece
 BPE vocabulary of the English side, 4,000 steps of about 4,096 tokens
-(about 30 passes over the 29,000 captions). One run, not yet tuned on val
-(docs/results.md gives its perplexities).
+(about 30 passes over the 29,000 captions). GPT-2's GELU, learned positions
+and N(0, 0.02) kernels, chosen on val at an equal budget against keras-hub's
+GPT-2 (bench/causal_lm_quality.py, docs/benchmarks.md); docs/results.md
+gives the set's perplexities.
 """
 
 import dataclasses
@@ -17,6 +19,10 @@ from hparams import multi30k
 HPARAMS = dataclasses.replace(
     multi30k.HPARAMS,
     task="language_model",  # A CausalLM on the --target_language side.
+    activation="gelu",  # GPT's.
+    positional_encoding="learned",  # GPT's.
+    kernel_initializer="normal_0.02",  # GPT-2's N(0, 0.02) kernels.
+    label_smoothing=0.0,  # Plain cross-entropy: the perplexity reported.
     vocab_size=8000,  # One language needs fewer pieces than en+de.
     train_steps=4000,  # About 30 passes over the captions.
     eval_every_steps=0,  # BLEU does not apply; --mode=eval: perplexity.
