@@ -62,6 +62,9 @@ def parse_args():
                         default="glorot_uniform", choices=KERNEL_INITIALIZERS,
                         help="the Dense kernels' initializer "
                         "(tfattn.config.KERNEL_INITIALIZERS)")
+    parser.add_argument("--tfattn_normalize_embeddings",
+                        action="store_true",
+                        help="a layer norm over the embeddings (BERT's)")
     parser.add_argument("--models", default="tfattn,keras-hub",
                         help="which to train, comma-separated")
     return parser.parse_args()
@@ -93,6 +96,7 @@ def build(args, vocab, kind):
             max_length=args.length, activation="gelu",
             embeddings_initializer=keras.initializers.RandomNormal(
                 stddev=128 ** -0.5), seed=args.seed,
+            normalize_embeddings=args.tfattn_normalize_embeddings,
             kernel_initializer=kernel_initializer(
                 args.tfattn_kernel_initializer))
     else:
@@ -163,7 +167,9 @@ def main():
           f"{args.peak_learning_rate}; tfattn: "
           f"{'post' if args.tfattn_post_norm else 'pre'}-norm, "
           f"{args.tfattn_positional_encoding} positions, "
-          f"{args.tfattn_kernel_initializer} kernels")
+          f"{args.tfattn_kernel_initializer} kernels"
+          + (", normalized embeddings" if args.tfattn_normalize_embeddings
+             else ""))
     for kind in args.models.split(","):
         model = build(args, vocab, kind)
         begin = time.time()

@@ -30,6 +30,7 @@ HPARAMS = HParams(
     tokenizer_normalization="nmt_nfkc",  # SentencePiece's default; cased.
     activation="relu",  # The paper's ReLU.
     kernel_initializer="glorot_uniform",  # Keras's default.
+    normalize_embeddings=False,  # The paper has no embedding layer norm.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The paper samples no segmentations.
     batch_size=None,  # Batches are sized in tokens, not sentences.

@@ -33,6 +33,7 @@ HPARAMS = HParams(
     tokenizer_normalization="nmt_nfkc",  # SentencePiece default; cased.
     activation="relu",  # tf.nn.relu, as the reference.
     kernel_initializer="glorot_uniform",  # tf.layers.dense's, as the reference.
+    normalize_embeddings=False,  # The reference has none.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=128,  # --batch_size 128 sentence pairs.

@@ -299,6 +299,9 @@ def test_malformed_overrides(text):
         ("embeddings_initializer=zeros", "embeddings_initializer"),
         ("kernel_initializer=zeros", "kernel_initializer"),
         ("kernel_initializer=normal_0.02", "kernel_initializer"),
+        ("normalize_embeddings=true", "normalize_embeddings"),
+        ("task=language_model,normalize_embeddings=true",
+         "normalize_embeddings"),
         ("tokenizer_normalization=lowercase", "tokenizer_normalization"),
         ("eval_every_steps=-1", "eval_every_steps"),
         ("eval_sentences=0", "eval_sentences"),
@@ -420,6 +423,21 @@ def test_kernel_initializer_reaches_the_language_models(task, cls, name,
     initializer = model.kernel_initializer
     assert type(initializer).__name__ == expected[0]
     assert getattr(initializer, "stddev", None) == expected[1]
+
+
+@pytest.mark.parametrize("normalize_embeddings", [True, False])
+def test_normalize_embeddings_reaches_the_masked_lm(normalize_embeddings):
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import numpy as np
+    import tfattn
+
+    hp = dataclasses.replace(hparams.get("tiny"), task="masked_lm",
+                             normalize_embeddings=normalize_embeddings)
+    model = tfattn.models.MaskedLM(**config.model_kwargs(hp, 50))
+    model(np.ones((1, 4), "int32"))
+    assert model.text_encoder.normalize_embeddings is normalize_embeddings
+    norms = [w.path for w in model.weights if "embedding_layer_norm" in w.path]
+    assert len(norms) == (2 if normalize_embeddings else 0)
 
 
 def test_differences_and_field_groups():

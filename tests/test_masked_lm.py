@@ -157,6 +157,8 @@ def test_loading_an_encoder_of_other_shapes_is_refused_and_copies_nothing(
      "SequenceClassifier.*kernel_initializer='nope'"),
     (TextEncoder, dict(flavor="reference_2019", normalize_first=True),
      "normalize_first"),
+    (MaskedLM, dict(normalize_embeddings="yes"),
+     "MaskedLM.*normalize_embeddings='yes'"),
 ])
 def test_constructors_refuse_bad_arguments(cls, kwargs, match):
     args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
@@ -189,6 +191,32 @@ def test_kernel_initializer_draws_the_encoder_and_head_kernels(cls):
         assert 0.01 < kernel.std() < 0.025, (path, kernel.std())
     rebuilt = cls.from_config(model.get_config())
     assert rebuilt.kernel_initializer.stddev == 0.02
+
+
+@pytest.mark.parametrize("normalize_embeddings", [True, False])
+def test_normalize_embeddings_makes_the_blocks_blind_to_the_tables_scale(
+        tmp_path, normalize_embeddings):
+    # BERT's layer norm over token + position embeddings: scaling both
+    # (learned) tables by 7 scales their sum by 7, which a layer norm
+    # removes (up to its epsilon); without it, the post-norm blocks'
+    # attention logits grow 49-fold and the outputs change.
+    model = tiny(TextEncoder, seed=5, positional_encoding="learned",
+                 normalize_embeddings=normalize_embeddings)
+    before = _np(model(IDS))
+    for layer in (model.token_embedding, model.positions):
+        for weight in layer.weights:
+            weight.assign(weight * 7.0)
+    change = np.abs(_np(model(IDS)) - before).max()
+    if normalize_embeddings:
+        assert change < 1e-4
+        mlm = tiny(seed=5, normalize_embeddings=True)
+        path = str(tmp_path / "mlm.keras")
+        mlm.save(path)
+        loaded = keras.saving.load_model(path)
+        assert loaded.text_encoder.normalize_embeddings is True
+        np.testing.assert_array_equal(_np(loaded(IDS)), _np(mlm(IDS)))
+    else:
+        assert change > 1e-2
 
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])

@@ -121,6 +121,9 @@ class HParams:
     # "normal_0.02" (GPT-2's) or "truncated_normal_0.02" (BERT's); the
     # translation Transformer keeps glorot_uniform.
     kernel_initializer: str
+    # A layer norm over the token + position embeddings (BERT's); masked
+    # language models only.
+    normalize_embeddings: bool
 
     # --- Training.
     # Subword regularisation of the training batches: SentencePiece's
@@ -218,6 +221,7 @@ MODEL_FIELDS = (
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
     "embeddings_initializer", "vocab_size", "tokenizer_model_type",
     "tokenizer_normalization", "activation", "kernel_initializer",
+    "normalize_embeddings",
 )
 DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
                    "average_checkpoints")
@@ -242,7 +246,8 @@ ADDED_FIELDS = dict(task="translation",
                     activation="relu", mask_selection_rate=0.15,
                     mask_token_rate=0.8, random_token_rate=0.1,
                     whole_word_masking=False,
-                    kernel_initializer="glorot_uniform")
+                    kernel_initializer="glorot_uniform",
+                    normalize_embeddings=False)
 
 
 def field_names():
@@ -299,7 +304,8 @@ def model_kwargs(hp, vocab_size):
         return language_model
     if hp.task == "masked_lm":
         language_model.pop("tie_output")  # BERT's head is always tied.
-        return language_model
+        return dict(language_model,
+                    normalize_embeddings=hp.normalize_embeddings)
     return dict(source_vocab_size=vocab_size, target_vocab_size=vocab_size,
                 share_embeddings=hp.share_embeddings, **common)
 

@@ -143,6 +143,10 @@ def _check_limits(hp):
         raise _invalid("kernel_initializer", "'glorot_uniform' for "
                        "task='translation' (the Transformer keeps Keras's "
                        "default)", hp.kernel_initializer)
+    if hp.task != "masked_lm" and hp.normalize_embeddings:
+        raise _invalid("normalize_embeddings", "False for "
+                       f"task={hp.task!r} (only masked_lm's encoder has an "
+                       "embedding layer norm)", hp.normalize_embeddings)
     if hp.activation != "relu" and hp.flavor != "paper":
         raise _invalid("activation", f"'relu' in flavor {hp.flavor!r}, "
                        "which the reference fixes", hp.activation)

@@ -6,7 +6,9 @@ from keras import ops
 
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
+from tfattn.layers.block_base import resolved_epsilon
 from tfattn.layers.initializers import initializer_arguments
+from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models import _ids
@@ -26,7 +28,7 @@ ENCODER_ARGUMENTS = (
     "vocab_size", "num_layers", "num_units", "num_heads", "ffn_units",
     "dropout_rate", "attention_dropout_rate", "flavor", "normalize_first",
     "max_length", "positional_encoding", "embeddings_initializer",
-    "activation", "seed", "kernel_initializer",
+    "activation", "seed", "kernel_initializer", "normalize_embeddings",
 )
 
 
@@ -64,6 +66,9 @@ class TextEncoder(keras.layers.Layer):
             the models that own this encoder). Defaults to
             `"glorot_uniform"` (Keras's); BERT's is
             `keras.initializers.TruncatedNormal(stddev=0.02)`.
+        normalize_embeddings: bool. A layer norm over the sum of token
+            and position embeddings, before the dropout (BERT's and
+            keras-hub's `BertBackbone`'s). Defaults to `False`.
 
     Call arguments:
         - ids: int [B, T], 0 = padding.
@@ -81,7 +86,7 @@ class TextEncoder(keras.layers.Layer):
                  positional_encoding=None,
                  embeddings_initializer="glorot_uniform", activation="relu",
                  seed=None, kernel_initializer="glorot_uniform",
-                 context=_CONTEXT, **kwargs):
+                 normalize_embeddings=False, context=_CONTEXT, **kwargs):
         """Checks the arguments (messages prefixed with `context`, the
         model that owns the encoder); sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, context)
@@ -96,6 +101,8 @@ class TextEncoder(keras.layers.Layer):
             activation, flavor, context)
         block_args.update(initializer_arguments(
             context, kernel_initializer=kernel_initializer))
+        validation.check_bool("normalize_embeddings", normalize_embeddings,
+                              context)
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.num_layers = num_layers
@@ -112,6 +119,7 @@ class TextEncoder(keras.layers.Layer):
         self.activation = activation
         self.seed = seed
         self.kernel_initializer = block_args["kernel_initializer"]
+        self.normalize_embeddings = normalize_embeddings
         self._context = context
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
@@ -126,6 +134,12 @@ class TextEncoder(keras.layers.Layer):
             kind=self._positional_kind, max_length=self.max_length,
             padding_mode=self._padding_mode, dtype=self.dtype_policy,
             name="positions")
+        if self.normalize_embeddings:
+            self.embedding_layer_norm = LayerNormalization(
+                epsilon=resolved_epsilon(self.flavor, None),
+                dtype=self.dtype_policy, name="embedding_layer_norm")
+            self.embedding_layer_norm.build(tuple(ids_shape)
+                                            + (self.num_units,))
         self.embedding_dropout = Dropout(
             self.dropout_rate, seed=sublayer_seed(self.seed,
                                                   "embedding_dropout"),
@@ -143,6 +157,8 @@ class TextEncoder(keras.layers.Layer):
     def call(self, ids, training=None, return_attention_scores=False):
         ids = self.check_ids(ids)
         x = self.positions(self.token_embedding(ids))
+        if self.normalize_embeddings:
+            x = self.embedding_layer_norm(x)
         x = self.embedding_dropout(x, training=training)
         # The 2017 reference finds padding from zero rows, not from ids.
         keep = (None if self.flavor == "reference_2017"
