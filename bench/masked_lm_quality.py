@@ -62,6 +62,9 @@ def parse_args():
                         default="glorot_uniform", choices=KERNEL_INITIALIZERS,
                         help="the Dense kernels' initializer "
                         "(tfattn.config.KERNEL_INITIALIZERS)")
+    parser.add_argument("--tfattn_embeddings_stddev", type=float,
+                        default=128 ** -0.5,
+                        help="the token table's N(0, s) (BERT's: 0.02)")
     parser.add_argument("--tfattn_normalize_embeddings",
                         action="store_true",
                         help="a layer norm over the embeddings (BERT's)")
@@ -95,7 +98,7 @@ def build(args, vocab, kind):
             positional_encoding=args.tfattn_positional_encoding,
             max_length=args.length, activation="gelu",
             embeddings_initializer=keras.initializers.RandomNormal(
-                stddev=128 ** -0.5), seed=args.seed,
+                stddev=args.tfattn_embeddings_stddev), seed=args.seed,
             normalize_embeddings=args.tfattn_normalize_embeddings,
             kernel_initializer=kernel_initializer(
                 args.tfattn_kernel_initializer))
@@ -167,7 +170,8 @@ def main():
           f"{args.peak_learning_rate}; tfattn: "
           f"{'post' if args.tfattn_post_norm else 'pre'}-norm, "
           f"{args.tfattn_positional_encoding} positions, "
-          f"{args.tfattn_kernel_initializer} kernels"
+          f"{args.tfattn_kernel_initializer} kernels, token table "
+          f"N(0, {args.tfattn_embeddings_stddev:.3g})"
           + (", normalized embeddings" if args.tfattn_normalize_embeddings
              else ""))
     for kind in args.models.split(","):
