@@ -13,7 +13,8 @@ Sizes and settings: `gpt_multi30k`'s (4 pre-norm layers of width 128, 4
 heads, FFN 256, GELU, learned positions, N(0, 0.02) kernels, dropout 0.3,
 tied head, token table from N(0, 128^-0.5)); keras-hub's `GPT2Backbone`
 with the same layers, width, heads, FFN and dropout (its own token table
-and initializers).
+and initializers). Both train on plain cross-entropy (the set itself adds
+label smoothing 0.1).
 
     python bench/causal_lm_quality.py --manual_dir=DIR   # Multi30k's *.gz
 """
