@@ -4,9 +4,9 @@ that `MaskedLM` pretrains and `SequenceClassifier` fine-tunes."""
 import keras
 from keras import ops
 
+from tfattn.layers.block_base import resolved_epsilon
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
-from tfattn.layers.block_base import resolved_epsilon
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.positional_encoding import PositionalEncoding
@@ -138,8 +138,6 @@ class TextEncoder(keras.layers.Layer):
             self.embedding_layer_norm = LayerNormalization(
                 epsilon=resolved_epsilon(self.flavor, None),
                 dtype=self.dtype_policy, name="embedding_layer_norm")
-            self.embedding_layer_norm.build(tuple(ids_shape)
-                                            + (self.num_units,))
         self.embedding_dropout = Dropout(
             self.dropout_rate, seed=sublayer_seed(self.seed,
                                                   "embedding_dropout"),
@@ -152,6 +150,8 @@ class TextEncoder(keras.layers.Layer):
         self.token_embedding.build(ids_shape)
         self.positions.build(x_shape)
         self.encoder.build(x_shape)
+        if self.normalize_embeddings:
+            self.embedding_layer_norm.build(x_shape)
         self.built = True
 
     def call(self, ids, training=None, return_attention_scores=False):
