@@ -425,6 +425,16 @@ def test_kernel_initializer_reaches_the_language_models(task, cls, name,
     assert getattr(initializer, "stddev", None) == expected[1]
 
 
+@pytest.mark.parametrize("name", ["reference_2017", "reference_2019"])
+def test_reference_sets_refuse_an_embedding_layer_norm(name):
+    # The references have none (and the 2017 one finds padding from zero
+    # rows); a masked LM of their flavour is otherwise allowed.
+    config.parse_overrides(hparams.get(name), "task=masked_lm")
+    with pytest.raises(ValueError, match="`normalize_embeddings`.*" + name):
+        config.parse_overrides(hparams.get(name),
+                               "task=masked_lm,normalize_embeddings=true")
+
+
 @pytest.mark.parametrize("normalize_embeddings", [True, False])
 def test_normalize_embeddings_reaches_the_masked_lm(normalize_embeddings):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")

@@ -159,6 +159,12 @@ def test_loading_an_encoder_of_other_shapes_is_refused_and_copies_nothing(
      "normalize_first"),
     (MaskedLM, dict(normalize_embeddings="yes"),
      "MaskedLM.*normalize_embeddings='yes'"),
+    # The 2017 reference finds padding from zero rows, which the norm's
+    # beta would fill: padding would leak into every real token.
+    (TextEncoder, dict(flavor="reference_2017", normalize_embeddings=True),
+     "normalize_embeddings=True"),
+    (MaskedLM, dict(flavor="reference_2019", normalize_embeddings=True),
+     "MaskedLM.*normalize_embeddings=True"),
 ])
 def test_constructors_refuse_bad_arguments(cls, kwargs, match):
     args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,

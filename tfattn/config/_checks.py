@@ -147,6 +147,10 @@ def _check_limits(hp):
         raise _invalid("normalize_embeddings", "False for "
                        f"task={hp.task!r} (only masked_lm's encoder has an "
                        "embedding layer norm)", hp.normalize_embeddings)
+    if hp.normalize_embeddings and hp.flavor != "paper":
+        raise _invalid("normalize_embeddings", f"False in flavor "
+                       f"{hp.flavor!r}, which has no embedding layer norm",
+                       hp.normalize_embeddings)
     if hp.activation != "relu" and hp.flavor != "paper":
         raise _invalid("activation", f"'relu' in flavor {hp.flavor!r}, "
                        "which the reference fixes", hp.activation)

@@ -68,7 +68,8 @@ class TextEncoder(keras.layers.Layer):
             `keras.initializers.TruncatedNormal(stddev=0.02)`.
         normalize_embeddings: bool. A layer norm over the sum of token
             and position embeddings, before the dropout (BERT's and
-            keras-hub's `BertBackbone`'s). Defaults to `False`.
+            keras-hub's `BertBackbone`'s; paper flavour only). Defaults
+            to `False`.
 
     Call arguments:
         - ids: int [B, T], 0 = padding.
@@ -103,6 +104,13 @@ class TextEncoder(keras.layers.Layer):
             context, kernel_initializer=kernel_initializer))
         validation.check_bool("normalize_embeddings", normalize_embeddings,
                               context)
+        if normalize_embeddings and flavor != "paper":
+            # The references have no such norm, and the 2017 one finds
+            # padding from zero rows, which a norm's beta would fill.
+            raise validation.invalid_argument(
+                "normalize_embeddings", "False in flavor "
+                f"{flavor!r} (only the paper flavour may set True)",
+                normalize_embeddings, context)
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.num_layers = num_layers
