@@ -13,9 +13,17 @@ perplexity at the blanks, on blanks fixed by a seed, from each model's
 logits in NumPy.
 
 Sizes: `bert_multi30k`'s (4 layers of width 128, 4 heads, FFN 256, GELU,
-dropout 0.1, head tied to the token table; tfattn's pre-norm blocks, its
-sinusoid and N(0, C^-0.5) token table) against keras-hub's BERT (post-norm,
-learned positions, a segment embedding, its initializers).
+dropout 0.1, head tied to the token table) against keras-hub's BERT
+(post-norm, learned positions, a segment embedding, its initializers).
+tfattn's layout and initializers are flags; by default `bert_multi30k`'s
+(pre-norm, sinusoid, a N(0, C^-0.5) token table times sqrt(C), Glorot
+kernels), and BERT's with
+
+    --tfattn_post_norm --tfattn_positional_encoding=learned
+    --tfattn_normalize_embeddings --no-tfattn_scale_embeddings
+    --tfattn_kernel_initializer=truncated_normal_0.02
+    --tfattn_embeddings_initializer=truncated_normal_0.02
+    --tfattn_positions_initializer=truncated_normal_0.02
 
     python bench/masked_lm_quality.py --manual_dir=DIR   # Multi30k's *.gz
 """
@@ -62,9 +70,20 @@ def parse_args():
                         default="glorot_uniform", choices=KERNEL_INITIALIZERS,
                         help="the Dense kernels' initializer "
                         "(tfattn.config.KERNEL_INITIALIZERS)")
-    parser.add_argument("--tfattn_embeddings_stddev", type=float,
-                        default=128 ** -0.5,
-                        help="the token table's N(0, s) (BERT's: 0.02)")
+    parser.add_argument("--tfattn_embeddings_initializer",
+                        default="scaled_normal",
+                        choices=("scaled_normal",) + KERNEL_INITIALIZERS,
+                        help="the token table's: N(0, 128^-0.5) "
+                        "(bert_multi30k's) or a kernel initializer's name "
+                        "(BERT's: truncated_normal_0.02)")
+    parser.add_argument("--tfattn_scale_embeddings",
+                        action=argparse.BooleanOptionalAction, default=True,
+                        help="the token rows times sqrt(128) "
+                        "(bert_multi30k's; BERT: --no-tfattn_scale_embeddings)")
+    parser.add_argument("--tfattn_positions_initializer",
+                        default="glorot_uniform", choices=KERNEL_INITIALIZERS,
+                        help="the learned position table's (BERT's: "
+                        "truncated_normal_0.02)")
     parser.add_argument("--tfattn_normalize_embeddings",
                         action="store_true",
                         help="a layer norm over the embeddings (BERT's)")
@@ -88,6 +107,12 @@ def masked(masker, rows, seed):
             for k in parts[0]}
 
 
+def _table_initializer(name):
+    if name == "scaled_normal":
+        return keras.initializers.RandomNormal(stddev=128 ** -0.5)
+    return kernel_initializer(name)
+
+
 def build(args, vocab, kind):
     keras.utils.set_random_seed(args.seed)
     if kind == "tfattn":
@@ -97,9 +122,12 @@ def build(args, vocab, kind):
             normalize_first=not args.tfattn_post_norm,
             positional_encoding=args.tfattn_positional_encoding,
             max_length=args.length, activation="gelu",
-            embeddings_initializer=keras.initializers.RandomNormal(
-                stddev=args.tfattn_embeddings_stddev), seed=args.seed,
+            embeddings_initializer=_table_initializer(
+                args.tfattn_embeddings_initializer), seed=args.seed,
             normalize_embeddings=args.tfattn_normalize_embeddings,
+            scale_embeddings=args.tfattn_scale_embeddings,
+            positions_initializer=kernel_initializer(
+                args.tfattn_positions_initializer),
             kernel_initializer=kernel_initializer(
                 args.tfattn_kernel_initializer))
     else:
@@ -171,7 +199,10 @@ def main():
           f"{'post' if args.tfattn_post_norm else 'pre'}-norm, "
           f"{args.tfattn_positional_encoding} positions, "
           f"{args.tfattn_kernel_initializer} kernels, token table "
-          f"N(0, {args.tfattn_embeddings_stddev:.3g})"
+          f"{args.tfattn_embeddings_initializer}"
+          + ("" if args.tfattn_scale_embeddings else " (not scaled)")
+          + (f", positions {args.tfattn_positions_initializer}"
+             if args.tfattn_positional_encoding == "learned" else "")
           + (", normalized embeddings" if args.tfattn_normalize_embeddings
              else ""))
     for kind in args.models.split(","):

@@ -31,6 +31,8 @@ HPARAMS = HParams(
     activation="relu",  # The paper's ReLU.
     kernel_initializer="glorot_uniform",  # Keras's default.
     normalize_embeddings=False,  # The paper has no embedding layer norm.
+    scale_embeddings=True,  # §3.4: the rows times sqrt(d_model).
+    positions_initializer="glorot_uniform",  # Keras's (sinusoids: unused).
     # Training.
     tokenizer_sampling_alpha=0.0,  # The paper samples no segmentations.
     batch_size=None,  # Batches are sized in tokens, not sentences.

@@ -39,6 +39,9 @@ HPARAMS = HParams(
     activation="relu",  # tf.nn.relu, as the reference.
     kernel_initializer="glorot_uniform",  # tf.layers.dense's, as the reference.
     normalize_embeddings=False,  # The reference has none.
+    scale_embeddings=True,  # * sqrt(d_model), as the reference.
+    positions_initializer="glorot_uniform",  # As the reference's
+                                             # xavier_initializer.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=32,  # batch_size = 32 sentence pairs.

@@ -34,6 +34,8 @@ HPARAMS = HParams(
     activation="relu",  # tf.nn.relu, as the reference.
     kernel_initializer="glorot_uniform",  # tf.layers.dense's, as the reference.
     normalize_embeddings=False,  # The reference has none.
+    scale_embeddings=True,  # * sqrt(d_model), as the reference.
+    positions_initializer="glorot_uniform",  # Sinusoids: unused.
     # Training.
     tokenizer_sampling_alpha=0.0,  # The reference samples none.
     batch_size=128,  # --batch_size 128 sentence pairs.

@@ -302,6 +302,13 @@ def test_malformed_overrides(text):
         ("normalize_embeddings=true", "normalize_embeddings"),
         ("task=language_model,normalize_embeddings=true",
          "normalize_embeddings"),
+        ("scale_embeddings=false", "scale_embeddings"),
+        ("task=masked_lm,flavor=reference_2019,scale_embeddings=false",
+         "scale_embeddings"),
+        ("task=masked_lm,positions_initializer=zeros",
+         "positions_initializer"),
+        ("task=language_model,positions_initializer=normal_0.02",
+         "positions_initializer"),
         ("tokenizer_normalization=lowercase", "tokenizer_normalization"),
         ("eval_every_steps=-1", "eval_every_steps"),
         ("eval_sentences=0", "eval_sentences"),
@@ -448,6 +455,28 @@ def test_normalize_embeddings_reaches_the_masked_lm(normalize_embeddings):
     assert model.text_encoder.normalize_embeddings is normalize_embeddings
     norms = [w.path for w in model.weights if "embedding_layer_norm" in w.path]
     assert len(norms) == (2 if normalize_embeddings else 0)
+
+
+def test_berts_embeddings_reach_the_masked_lm():
+    # BERT's tables: truncated N(0, 0.02) token and position rows, the
+    # token rows not scaled by sqrt(C).
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import tfattn
+
+    hp = config.parse_overrides(
+        hparams.get("tiny"), "task=masked_lm,positional_encoding=learned,"
+        "embeddings_initializer=truncated_normal_0.02,scale_embeddings=false,"
+        "positions_initializer=truncated_normal_0.02")
+    model = tfattn.models.MaskedLM(**config.model_kwargs(hp, 50))
+    for name in ("embeddings_initializer", "positions_initializer"):
+        initializer = getattr(model, name)
+        assert type(initializer).__name__ == "TruncatedNormal", name
+        assert initializer.stddev == 0.02
+    assert model.scale_embeddings is False
+    lm = tfattn.models.CausalLM(**config.model_kwargs(dataclasses.replace(
+        hp, task="language_model", positions_initializer="glorot_uniform"),
+        50))
+    assert lm.scale_embeddings is False
 
 
 def test_differences_and_field_groups():

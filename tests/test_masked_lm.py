@@ -165,6 +165,11 @@ def test_loading_an_encoder_of_other_shapes_is_refused_and_copies_nothing(
      "normalize_embeddings=True"),
     (MaskedLM, dict(flavor="reference_2019", normalize_embeddings=True),
      "MaskedLM.*normalize_embeddings=True"),
+    (MaskedLM, dict(scale_embeddings=1), "MaskedLM.*scale_embeddings=1"),
+    (TextEncoder, dict(flavor="reference_2019", scale_embeddings=False),
+     "scale_embeddings=False"),
+    (SequenceClassifier, dict(positions_initializer="nope"),
+     "SequenceClassifier.*positions_initializer='nope'"),
 ])
 def test_constructors_refuse_bad_arguments(cls, kwargs, match):
     args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
@@ -223,6 +228,42 @@ def test_normalize_embeddings_makes_the_blocks_blind_to_the_tables_scale(
         np.testing.assert_array_equal(_np(loaded(IDS)), _np(mlm(IDS)))
     else:
         assert change > 1e-2
+
+
+def test_berts_embeddings_are_the_unscaled_rows_plus_positions_normalized(
+        tmp_path):
+    # keras-hub's BertBackbone: token row + position row (both drawn from
+    # truncated N(0, 0.02), neither scaled), then a layer norm. Checked in
+    # NumPy on the blocks' input (the stack swapped for the identity).
+    bert = keras.initializers.TruncatedNormal(stddev=0.02)
+    model = tiny(TextEncoder, seed=6,
+                 positional_encoding="learned", embeddings_initializer=bert,
+                 positions_initializer=bert, scale_embeddings=False,
+                 normalize_embeddings=True)
+    tokens = _np(model.token_embedding.embeddings).astype(np.float64)
+    positions = _np(model.positions.embeddings).astype(np.float64)
+    for table in (tokens, positions):
+        assert np.abs(table).max() <= 0.04 + 1e-7  # truncated at 2 std
+        assert 0.01 < table.std() < 0.025
+    if model.token_embedding.zero_pad:  # padding's row is the zero vector
+        tokens[0] = 0.0
+    x = tokens[IDS] + positions[:IDS.shape[1]]
+    gamma, beta = (_np(w).astype(np.float64)
+                   for w in model.embedding_layer_norm.weights)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    expected = ((x - mean) / np.sqrt(var + model.embedding_layer_norm.epsilon)
+                * gamma + beta)
+    object.__setattr__(model, "encoder", lambda x, **_: x)
+    np.testing.assert_allclose(_np(model(IDS)), expected, atol=1e-5)
+    mlm = tiny(seed=6, positional_encoding="learned",
+               positions_initializer=bert, scale_embeddings=False)
+    path = str(tmp_path / "bert.keras")
+    mlm.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.text_encoder.scale_embeddings is False
+    assert loaded.text_encoder.positions_initializer.stddev == 0.02
+    np.testing.assert_array_equal(_np(loaded(IDS)), _np(mlm(IDS)))
 
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])

@@ -138,6 +138,20 @@ def test_learned_adds_the_trainable_glorot_table():
     np.testing.assert_allclose(table.std(), limit / np.sqrt(3), rtol=0.1)
 
 
+def test_learned_table_draws_from_embeddings_initializer():
+    # BERT's position table: truncated N(0, 0.02), cut at 2 std.
+    layer = PositionalEncoding(
+        kind="learned", max_length=300,
+        embeddings_initializer=keras.initializers.TruncatedNormal(
+            stddev=0.02))
+    layer(_inputs())
+    table = layer.embeddings.numpy()
+    assert np.abs(table).max() <= 0.04 + 1e-7
+    np.testing.assert_allclose(table.std(), 0.02 * 0.8796, rtol=0.1)
+    rebuilt = PositionalEncoding.from_config(layer.get_config())
+    assert rebuilt.embeddings_initializer.stddev == 0.02
+
+
 def test_learned_table_gets_gradient_only_at_used_positions():
     layer = PositionalEncoding(kind="learned", max_length=L)
     x = _inputs()
@@ -286,6 +300,10 @@ def test_mixed_precision(policy):
             r"argument `max_length`.*positive integer.*max_length=0",
         ),
         (dict(max_length=10.0), r"argument `max_length`.*max_length=10.0"),
+        (
+            dict(embeddings_initializer="nope"),
+            r"argument `embeddings_initializer`.*embeddings_initializer='nope'",
+        ),
         (
             dict(padding_mode="zeros"),
             r"argument `padding_mode`.*'reference_2019'.*padding_mode='zeros'",

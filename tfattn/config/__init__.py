@@ -22,6 +22,7 @@ import dataclasses
 import json
 import typing
 
+from tfattn.config._checks import _check_embeddings
 from tfattn.config._checks import _check_exactly_one
 from tfattn.config._checks import _check_flavor_layout
 from tfattn.config._checks import _check_learning_rate
@@ -56,8 +57,10 @@ TASKS = ("translation", "language_model", "masked_lm")
 # The models' feed-forward activations (GELU: GPT's and BERT's).
 ACTIVATIONS = ("relu", "gelu")
 # "glorot_uniform": Keras's default; "scaled_normal": N(0, num_units^-0.5),
-# as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale).
-EMBEDDINGS_INITIALIZERS = ("glorot_uniform", "scaled_normal")
+# as tensor2tensor and fairseq (rows times sqrt(num_units) have unit scale);
+# "normal_0.02" (GPT-2's) and "truncated_normal_0.02" (BERT's) as below.
+EMBEDDINGS_INITIALIZERS = ("glorot_uniform", "scaled_normal", "normal_0.02",
+                           "truncated_normal_0.02")
 # The language models' Dense kernels: "glorot_uniform" (Keras's default),
 # "normal_0.02" (N(0, 0.02): GPT-2's) or "truncated_normal_0.02" (the same
 # truncated at two standard deviations: BERT's).
@@ -124,6 +127,13 @@ class HParams:
     # A layer norm over the token + position embeddings (BERT's); masked
     # language models only.
     normalize_embeddings: bool
+    # The token rows times sqrt(num_units) (the paper's §3.4); False for
+    # GPT-2's and BERT's unscaled tables (language models only, paper
+    # flavour).
+    scale_embeddings: bool
+    # The learned position table of a masked LM: one of KERNEL_INITIALIZERS
+    # (BERT's: "truncated_normal_0.02").
+    positions_initializer: str
 
     # --- Training.
     # Subword regularisation of the training batches: SentencePiece's
@@ -221,7 +231,7 @@ MODEL_FIELDS = (
     "positional_encoding", "max_length", "share_embeddings", "tie_output",
     "embeddings_initializer", "vocab_size", "tokenizer_model_type",
     "tokenizer_normalization", "activation", "kernel_initializer",
-    "normalize_embeddings",
+    "normalize_embeddings", "scale_embeddings", "positions_initializer",
 )
 DECODING_FIELDS = ("beam_size", "decode_alpha", "decode_extra_length",
                    "average_checkpoints")
@@ -247,7 +257,8 @@ ADDED_FIELDS = dict(task="translation",
                     mask_token_rate=0.8, random_token_rate=0.1,
                     whole_word_masking=False,
                     kernel_initializer="glorot_uniform",
-                    normalize_embeddings=False)
+                    normalize_embeddings=False, scale_embeddings=True,
+                    positions_initializer="glorot_uniform")
 
 
 def field_names():
@@ -299,13 +310,15 @@ def model_kwargs(hp, vocab_size):
     language_model = dict(
         vocab_size=vocab_size, activation=hp.activation,
         kernel_initializer=kernel_initializer(hp.kernel_initializer),
-        **common)
+        scale_embeddings=hp.scale_embeddings, **common)
     if hp.task == "language_model":
         return language_model
     if hp.task == "masked_lm":
         language_model.pop("tie_output")  # BERT's head is always tied.
         return dict(language_model,
-                    normalize_embeddings=hp.normalize_embeddings)
+                    normalize_embeddings=hp.normalize_embeddings,
+                    positions_initializer=kernel_initializer(
+                        hp.positions_initializer))
     return dict(source_vocab_size=vocab_size, target_vocab_size=vocab_size,
                 share_embeddings=hp.share_embeddings, **common)
 
@@ -319,12 +332,12 @@ def embeddings_initializer(hp):
 
     Returns:
         dict or str. A `RandomNormal` config of stddev `num_units ** -0.5`
-        for `"scaled_normal"`, else the initializer's name.
+        for `"scaled_normal"`, else `kernel_initializer`'s.
     """
     if hp.embeddings_initializer == "scaled_normal":
         return {"class_name": "RandomNormal", "config": {
             "mean": 0.0, "stddev": hp.num_units ** -0.5, "seed": None}}
-    return hp.embeddings_initializer
+    return kernel_initializer(hp.embeddings_initializer)
 
 
 def kernel_initializer(name):
@@ -358,7 +371,7 @@ def _check_values(hp):
     # In this order: a set with several faults reports the same one as ever.
     for check in (_check_choices, _check_ranges, _check_exactly_one,
                   _check_num_heads, _check_learning_rate,
-                  _check_flavor_layout, _check_limits):
+                  _check_flavor_layout, _check_embeddings, _check_limits):
         check(hp)
 
 
@@ -372,6 +385,7 @@ def _check_choices(hp):
             ("learning_rate_schedule", LEARNING_RATE_SCHEDULES),
             ("embeddings_initializer", EMBEDDINGS_INITIALIZERS),
             ("kernel_initializer", KERNEL_INITIALIZERS),
+            ("positions_initializer", KERNEL_INITIALIZERS),
             ("activation", ACTIVATIONS)):
         if getattr(hp, name) not in choices:
             raise _invalid(name, "one of " + ", ".join(map(repr, choices)),

@@ -126,6 +126,30 @@ def _check_flavor_layout(hp):
                                "which the reference fixes", getattr(hp, name))
 
 
+def _check_embeddings(hp):
+    """The language models' embedding options: each where its model has
+    it, and not in the reference flavours, which fix their embeddings."""
+    if hp.task != "masked_lm" and hp.normalize_embeddings:
+        raise _invalid("normalize_embeddings", "False for "
+                       f"task={hp.task!r} (only masked_lm's encoder has an "
+                       "embedding layer norm)", hp.normalize_embeddings)
+    if hp.normalize_embeddings and hp.flavor != "paper":
+        raise _invalid("normalize_embeddings", f"False in flavor "
+                       f"{hp.flavor!r}, which has no embedding layer norm",
+                       hp.normalize_embeddings)
+    if not hp.scale_embeddings and (hp.task == "translation"
+                                    or hp.flavor != "paper"):
+        raise _invalid("scale_embeddings", f"True for task={hp.task!r} in "
+                       f"flavor {hp.flavor!r} (only the paper flavour's "
+                       "language models may leave the rows unscaled)",
+                       hp.scale_embeddings)
+    if hp.task != "masked_lm" and hp.positions_initializer != (
+            "glorot_uniform"):
+        raise _invalid("positions_initializer", "'glorot_uniform' for "
+                       f"task={hp.task!r} (only masked_lm's encoder takes "
+                       "one)", hp.positions_initializer)
+
+
 def _check_limits(hp):
     """Fields bounded by others: the average by the checkpoints kept, the
     training length by the positional table, sampling by the vocabulary's
@@ -143,14 +167,6 @@ def _check_limits(hp):
         raise _invalid("kernel_initializer", "'glorot_uniform' for "
                        "task='translation' (the Transformer keeps Keras's "
                        "default)", hp.kernel_initializer)
-    if hp.task != "masked_lm" and hp.normalize_embeddings:
-        raise _invalid("normalize_embeddings", "False for "
-                       f"task={hp.task!r} (only masked_lm's encoder has an "
-                       "embedding layer norm)", hp.normalize_embeddings)
-    if hp.normalize_embeddings and hp.flavor != "paper":
-        raise _invalid("normalize_embeddings", f"False in flavor "
-                       f"{hp.flavor!r}, which has no embedding layer norm",
-                       hp.normalize_embeddings)
     if hp.activation != "relu" and hp.flavor != "paper":
         raise _invalid("activation", f"'relu' in flavor {hp.flavor!r}, "
                        "which the reference fixes", hp.activation)

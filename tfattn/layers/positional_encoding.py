@@ -7,6 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfattn.layers.initializers import initializer_arguments
 from tfattn.ops import _backend
 from tfattn.utils import validation
 
@@ -118,6 +119,10 @@ class PositionalEncoding(keras.layers.Layer):
             `start_index + T <= max_length`. Defaults to `512`.
         padding_mode: one of `None`, `"reference_2019"`, `"reference_2017"`.
             Defaults to `None`.
+        embeddings_initializer: a Keras initializer of the `"learned"`
+            table [max_length, C] (the sinusoids have none). Defaults to
+            `"glorot_uniform"`; BERT's is
+            `keras.initializers.TruncatedNormal(stddev=0.02)`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -138,9 +143,12 @@ class PositionalEncoding(keras.layers.Layer):
     """
 
     def __init__(self, kind="sinusoid", max_length=512, padding_mode=None,
-                 **kwargs):
+                 embeddings_initializer="glorot_uniform", **kwargs):
         """Checks the arguments; the table is made when built."""
         kind = validation.check_choice("kind", kind, KINDS, _CONTEXT)
+        initializer = initializer_arguments(
+            _CONTEXT, embeddings_initializer=embeddings_initializer)[
+                "embeddings_initializer"]
         max_length = validation.check_positive_int(
             "max_length", max_length, _CONTEXT
         )
@@ -151,6 +159,7 @@ class PositionalEncoding(keras.layers.Layer):
         self.kind = kind
         self.max_length = max_length
         self.padding_mode = padding_mode
+        self.embeddings_initializer = initializer
         self.supports_masking = True
 
     def build(self, x_shape, start_index_shape=None):
@@ -168,7 +177,7 @@ class PositionalEncoding(keras.layers.Layer):
             self.embeddings = self.add_weight(
                 name="embeddings",
                 shape=(self.max_length, num_units),
-                initializer="glorot_uniform",
+                initializer=self.embeddings_initializer,
                 trainable=True,
             )
         else:
@@ -357,6 +366,8 @@ class PositionalEncoding(keras.layers.Layer):
             kind=self.kind,
             max_length=self.max_length,
             padding_mode=self.padding_mode,
+            embeddings_initializer=keras.initializers.serialize(
+                self.embeddings_initializer),
         )
         return config
 

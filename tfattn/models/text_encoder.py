@@ -7,6 +7,7 @@ from keras import ops
 from tfattn.layers.block_base import resolved_epsilon
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
+from tfattn.layers.initializers import fresh_initializer
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.positional_encoding import PositionalEncoding
@@ -29,6 +30,7 @@ ENCODER_ARGUMENTS = (
     "dropout_rate", "attention_dropout_rate", "flavor", "normalize_first",
     "max_length", "positional_encoding", "embeddings_initializer",
     "activation", "seed", "kernel_initializer", "normalize_embeddings",
+    "scale_embeddings", "positions_initializer",
 )
 
 
@@ -36,7 +38,8 @@ ENCODER_ARGUMENTS = (
 class TextEncoder(keras.layers.Layer):
     """BERT-style body: ids [B, T] -> contextual vectors [B, T, C].
 
-    Token embedding (× sqrt(C)), positions, dropout, then an `Encoder`:
+    Token embedding (× sqrt(C) unless `scale_embeddings=False`), positions,
+    (a layer norm,) dropout, then an `Encoder`:
     every real token attends to every real token in both directions (BERT's
     bidirectional self-attention; id 0 is padding and is never attended
     to). Blocks are post-norm by default, as in BERT and the paper.
@@ -70,6 +73,13 @@ class TextEncoder(keras.layers.Layer):
             and position embeddings, before the dropout (BERT's and
             keras-hub's `BertBackbone`'s; paper flavour only). Defaults
             to `False`.
+        scale_embeddings: bool. Multiply the looked-up rows by sqrt(C)
+            (the paper's §3.4). Defaults to `True`; BERT does not (False,
+            with a table from truncated N(0, 0.02); paper flavour only).
+        positions_initializer: a Keras initializer of the learned
+            position table (`positional_encoding="learned"`; the
+            sinusoids have none). Defaults to `"glorot_uniform"`; BERT's
+            is `keras.initializers.TruncatedNormal(stddev=0.02)`.
 
     Call arguments:
         - ids: int [B, T], 0 = padding.
@@ -87,7 +97,9 @@ class TextEncoder(keras.layers.Layer):
                  positional_encoding=None,
                  embeddings_initializer="glorot_uniform", activation="relu",
                  seed=None, kernel_initializer="glorot_uniform",
-                 normalize_embeddings=False, context=_CONTEXT, **kwargs):
+                 normalize_embeddings=False, scale_embeddings=True,
+                 positions_initializer="glorot_uniform", context=_CONTEXT,
+                 **kwargs):
         """Checks the arguments (messages prefixed with `context`, the
         model that owns the encoder); sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, context)
@@ -102,8 +114,16 @@ class TextEncoder(keras.layers.Layer):
             activation, flavor, context)
         block_args.update(initializer_arguments(
             context, kernel_initializer=kernel_initializer))
+        positions_initializer = initializer_arguments(
+            context, positions_initializer=positions_initializer)[
+                "positions_initializer"]
         validation.check_bool("normalize_embeddings", normalize_embeddings,
                               context)
+        validation.check_bool("scale_embeddings", scale_embeddings, context)
+        if flavor != "paper" and not scale_embeddings:
+            raise validation.invalid_argument(
+                "scale_embeddings", f"True in flavor {flavor!r}, which the "
+                "reference fixes", scale_embeddings, context)
         if normalize_embeddings and flavor != "paper":
             # The references have no such norm, and the 2017 one finds
             # padding from zero rows, which a norm's beta would fill.
@@ -128,6 +148,8 @@ class TextEncoder(keras.layers.Layer):
         self.seed = seed
         self.kernel_initializer = block_args["kernel_initializer"]
         self.normalize_embeddings = normalize_embeddings
+        self.scale_embeddings = scale_embeddings
+        self.positions_initializer = positions_initializer
         self._context = context
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
@@ -137,11 +159,12 @@ class TextEncoder(keras.layers.Layer):
         self.token_embedding = TokenEmbedding(
             self.vocab_size, self.num_units, dtype=self.dtype_policy,
             embeddings_initializer=self.embeddings_initializer,
-            name="token_embedding")
+            scale=self.scale_embeddings, name="token_embedding")
         self.positions = PositionalEncoding(
             kind=self._positional_kind, max_length=self.max_length,
             padding_mode=self._padding_mode, dtype=self.dtype_policy,
-            name="positions")
+            embeddings_initializer=fresh_initializer(
+                self.positions_initializer), name="positions")
         if self.normalize_embeddings:
             self.embedding_layer_norm = LayerNormalization(
                 epsilon=resolved_epsilon(self.flavor, None),
@@ -211,7 +234,8 @@ def encoder_config(owner):
         dict.
     """
     config = {name: getattr(owner, name) for name in ENCODER_ARGUMENTS}
-    for name in ("embeddings_initializer", "kernel_initializer"):
+    for name in ("embeddings_initializer", "kernel_initializer",
+                 "positions_initializer"):
         config[name] = keras.initializers.serialize(getattr(owner, name))
     config["activation"] = serialized_activation(owner.activation)
     return config
