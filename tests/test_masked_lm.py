@@ -264,6 +264,11 @@ def test_berts_embeddings_are_the_unscaled_rows_plus_positions_normalized(
     assert loaded.text_encoder.scale_embeddings is False
     assert loaded.text_encoder.positions_initializer.stddev == 0.02
     np.testing.assert_array_equal(_np(loaded(IDS)), _np(mlm(IDS)))
+    # The classifier starts from the same encoder, embeddings included.
+    classifier = SequenceClassifier.from_masked_lm(mlm)
+    assert classifier.scale_embeddings is False
+    np.testing.assert_array_equal(_np(classifier.text_encoder(IDS)),
+                                  _np(mlm.text_encoder(IDS)))
 
 
 @pytest.mark.parametrize("flavor", ["reference_2017", "reference_2019"])
