@@ -30,7 +30,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tfattn.data.tokenizer import PAD_ID
-from tfattn.utils.validation import invalid_argument
+from tfattn.utils.texts import checked_texts
 
 __all__ = ["Translations", "checked_texts", "empty_source_rows",
            "utf8_checked"]
@@ -45,33 +45,6 @@ class Translations(NamedTuple):
     translations: list
     scores: list
     truncated: list
-
-
-def checked_texts(texts, context):
-    """`texts` as a list of valid `str`, or the contract's `ValueError`.
-
-    Args:
-        texts: what the caller passed.
-        context: str. The method named in the message.
-
-    Returns:
-        list of str.
-    """
-    if isinstance(texts, (str, bytes)) or not isinstance(texts,
-                                                         (list, tuple)):
-        raise invalid_argument("texts", "a list of strings", texts, context)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise invalid_argument(f"texts[{i}]", "a str", text, context)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise invalid_argument(
-                f"texts[{i}]",
-                "valid Unicode (character "
-                f"{error.start} is {text[error.start]!r}, a lone surrogate)",
-                text, context) from None
-    return list(texts)
 
 
 def empty_source_rows(source_ids):
