@@ -211,7 +211,7 @@ def test_sample_signature_repeats_with_its_seed(exported):
         out = exported.signatures["sample"](
             prompts=tf.constant(PROMPTS[:3]),
             temperature=tf.constant(temperature), top_p=tf.constant(top_p),
-            seed=tf.constant(seed))
+            seed=tf.constant(seed, tf.int64))
         return out["continuations"].numpy().tolist()
 
     assert sample(1) == sample(1)

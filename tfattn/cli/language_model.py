@@ -99,7 +99,8 @@ def run_export(command, export_dir, overwrite, report=logging.info,
         if ctranslate2:
             path = export.causal_lm_to_ctranslate2(
                 model, tokenizer, export_dir, overwrite=overwrite,
-                quantization=command.ctranslate2_quantization)
+                quantization=command.ctranslate2_quantization,
+                max_new_tokens=hp.decode_extra_length)
             weights = command.ctranslate2_quantization or "float32"
             kind = f"CTranslate2 generator ({weights} weights)"
         else:

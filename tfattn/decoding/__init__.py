@@ -54,13 +54,14 @@ from tfattn.decoding._loop import _keep_shapes
 from tfattn.decoding._loop import _row_limits
 from tfattn.decoding._loop import _take_rows
 from tfattn.decoding._loop import _validate
+from tfattn.decoding._loop import checked_stop_ids
 from tfattn.decoding.sampling import sample_search
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 
 __all__ = [
-    "greedy_search", "sample_search", "BeamState", "beam_search",
-    "beam_init", "gather_beams",
+    "greedy_search", "sample_search", "checked_stop_ids", "BeamState",
+    "beam_search", "beam_init", "gather_beams",
     "gather_topk_beams", "grow_topk", "grow_alive", "grow_finished",
     "beam_search_continues",
 ]

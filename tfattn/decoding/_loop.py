@@ -33,7 +33,7 @@ def _validate(
     if not callable(step_fn):
         raise invalid_argument("step_fn", "a callable", step_fn, context)
     max_length = check_positive_int("max_length", max_length, context)
-    eos_id = _stop_ids(eos_id, context)
+    eos_id = checked_stop_ids(eos_id, context)
     initial_ids = _int_vector("initial_ids", initial_ids, context)
     if lengths is not None:
         lengths = _int_vector("max_lengths", lengths, context)
@@ -60,7 +60,7 @@ def _validate(
     return initial_ids, cache, int(max_length), eos_id, lengths
 
 
-def _stop_ids(eos_id, context, name="eos_id", allow_none=False):
+def checked_stop_ids(eos_id, context, name="eos_id", allow_none=False):
     """`eos_id` checked: a non-negative int, or a tuple of them (any ends a
     row; an empty tuple, or None with `allow_none`: no token ends a row);
     returned as an int or a tuple of ints."""

@@ -22,9 +22,12 @@ from keras import ops
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
+from tfattn.decoding import lm_serving
 from tfattn.utils.files import write_text_atomically
+from tfattn.utils.texts import checked_texts
 
-__all__ = ["perplexity", "continue_texts", "sample_continuations",
+__all__ = ["perplexity", "continue_texts", "continue_details",
+           "sample_continuations",
            "evaluate_language_model"]
 
 
@@ -87,31 +90,86 @@ def _logsumexp(x):
     return top + np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
 
 
-def continue_texts(model, tokenizer, prompts, max_new_tokens=32,
-                   sampler="greedy", seed=0):
-    """Continues text prompts with `model.generate`.
+def continue_details(model, tokenizer, prompts, max_new_tokens=None,
+                     sampler="greedy", seed=0):
+    """Continues text prompts with `model.generate`, under the serving
+    contract of `tfattn.decoding.lm_serving` (the exports answer the same).
 
     Args:
         model: CausalLM.
         tokenizer: SubwordTokenizer.
-        prompts: list of str. Each is read as the start of a text (BOS,
-            then its pieces).
-        max_new_tokens: int. Pieces generated at most (capped so that the
-            longest prompt fits the model's `max_length`).
+        prompts: list or tuple of str. Each is read as the start of a text
+            (BOS, then its pieces); a prompt longer than the window
+            (`max_length - max_new_tokens` ids) keeps its last ids.
+        max_new_tokens: int in [1, model.max_length), or None: 32, at
+            most half the model's `max_length`. Pieces generated at most.
         sampler: a sampler or its name (`CausalLM.generate`).
-        seed: int. The draws' seed.
+        seed: int in [-2**63, 2**63). The draws' seed.
 
     Returns:
-        list of str: each prompt followed by its continuation, decoded
-        together (the end-of-text piece ends it).
+        `lm_serving.Continuations`: the generated text only, its
+        log-probability, and whether the prompt was cut.
+
+    Raises:
+        ValueError: naming `prompts`, `prompts[i]`, `max_new_tokens`,
+            `sampler` or `seed`.
     """
-    pieces = tokenizer.tokenize(list(prompts)).to_list()
-    rows = [[BOS_ID] + p[:model.max_length - 2] for p in pieces]
-    room = model.max_length - max(len(r) for r in rows)
-    ids, _ = model.generate(rows, max_new_tokens=max(1, min(
-        max_new_tokens, room)), sampler=sampler, seed=seed,
-        strip_prompt=False)
-    texts = tokenizer.detokenize(tf.constant(ids)).numpy()
+    rows, ids, scores, truncated = _generate(
+        model, tokenizer, prompts, max_new_tokens, sampler, seed,
+        "continue_details", strip_prompt=True)
+    if not rows:
+        return lm_serving.Continuations([], [], [])
+    return lm_serving.Continuations(
+        _decoded(tokenizer, ids), [float(s) for s in scores], truncated)
+
+
+def continue_texts(model, tokenizer, prompts, max_new_tokens=None,
+                   sampler="greedy", seed=0):
+    """Each prompt followed by its continuation (`continue_details`),
+    decoded together (a continuation may go on with the prompt's last
+    word).
+
+    Args:
+        model: CausalLM.
+        tokenizer: SubwordTokenizer.
+        prompts: list or tuple of str.
+        max_new_tokens: int in [1, model.max_length), or None (32, at
+            most half the model's `max_length`).
+        sampler: a sampler or its name (`CausalLM.generate`).
+        seed: int in [-2**63, 2**63). The draws' seed.
+
+    Returns:
+        list of str: the prompt as read (its window, see
+        `lm_serving.prompt_window`) and its continuation; the end-of-text
+        piece ends it.
+    """
+    rows, ids, _, _ = _generate(
+        model, tokenizer, prompts, max_new_tokens, sampler, seed,
+        "continue_texts", strip_prompt=False)
+    return _decoded(tokenizer, ids) if rows else []
+
+
+def _generate(model, tokenizer, prompts, max_new_tokens, sampler, seed,
+              context, strip_prompt):
+    """(windowed rows, generated ids, scores, truncated) of `prompts`."""
+    prompts = checked_texts(prompts, context, name="prompts")
+    if max_new_tokens is None:
+        max_new_tokens = min(32, max(1, model.max_length // 2))
+    max_new_tokens = lm_serving.checked_max_new_tokens(
+        max_new_tokens, model.max_length, context)
+    if not prompts:
+        return [], None, None, []
+    pieces = tokenizer.tokenize(prompts).to_list()
+    rows, truncated = lm_serving.prompt_window(
+        pieces, model.max_length - max_new_tokens)
+    ids, scores = model.generate(rows, max_new_tokens=max_new_tokens,
+                                 sampler=sampler, seed=seed,
+                                 strip_prompt=strip_prompt)
+    return rows, ids, scores, truncated
+
+
+def _decoded(tokenizer, ids):
+    texts = tokenizer.detokenize(tf.constant(ids, tf.int32)).numpy()
     return [t.decode("utf-8") for t in texts]
 
 

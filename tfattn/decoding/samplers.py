@@ -1,8 +1,8 @@
 """Samplers: how `sample_search` and `CausalLM.generate` choose each token.
 
 A sampler maps the log-probabilities of the next token, float32 [B, V], and
-a seed (an int32 tensor [2]) to one token per row, int32 [B]. Shapes: B =
-rows, V = vocabulary, k = candidates kept.
+a step seed (an int32 tensor [2]) to one token per row, int32 [B]. Shapes:
+B = rows, V = vocabulary, k = candidates kept.
 
 - `GreedySampler`: the most likely token (ties: the lowest id).
 - `RandomSampler(temperature)`: a draw from softmax(log_probs / T).
@@ -15,38 +15,67 @@ rows, V = vocabulary, k = candidates kept.
 - `BeamSampler(beam_size, alpha)`: not a per-token choice: `generate`
   hands it to `beam_search`.
 
-The draws are stateless: the draw for generated token i uses the seed
-(seed, i), so one seed gives the same tokens on every call with the same
-prompts, batch and settings. Draws use TensorFlow's
-`stateless_categorical` under TensorFlow and `jax.random.categorical`
-under JAX (their streams differ: a seed gives other text per backend).
-Under other backends only `GreedySampler` and `BeamSampler` run.
+Masked tokens. A token whose log-probability is at or below
+`MASKED_THRESHOLD` (-1e8) is masked: the models give padding the logit
+`MASKED_LOGIT` (-1e9) before the log-softmax, and no sampler ever draws a
+masked token, whatever its temperature, k or p. The temperature is applied
+to the log-probabilities less the row's best (so the best token scales to
+0 and nothing overflows to NaN), with 1 / T capped at 1e30 (float32 holds
+no larger) and the scaled values floored at -1e30; masked tokens are then
+set below that floor. Everything stays finite, also under XLA, and any
+finite T > 0 is legal: T -> 0 is greedy (a uniform draw among tied best
+tokens), T -> inf is uniform over the unmasked vocabulary.
+
+Seeds. A generation seed is an int in [-2**63, 2**63), carried as two
+int32 words (`seed_words`); the draw for generated token i uses
+`step_seed(words, i)`, a fold of i into the words
+(`tf.random.experimental.stateless_fold_in` under TensorFlow,
+`jax.random.fold_in` under JAX). One seed gives the same tokens on every
+call with the same prompts, batch and settings. Draws use TensorFlow's
+`stateless_categorical` and JAX's `random.categorical` (their streams
+differ: a seed gives other text per backend). Under other backends only
+`GreedySampler` and `BeamSampler` run.
 """
 
+import abc
+import inspect
+import math
 import numbers
 
-import keras
 from keras import ops
 
 from tfattn.decoding._loop import _argmax
 from tfattn.decoding._loop import _batch_gather
+from tfattn.decoding.draws import draw
+from tfattn.decoding.draws import seed_words
+from tfattn.decoding.draws import step_seed
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
 __all__ = [
     "Sampler", "GreedySampler", "RandomSampler", "TopKSampler",
-    "TopPSampler", "BeamSampler", "get", "nucleus", "draw",
+    "TopPSampler", "BeamSampler", "get", "nucleus", "draw", "tempered",
+    "top_p_choice", "inverse_temperature", "seed_words", "step_seed",
+    "MASKED_LOGIT", "MASKED_THRESHOLD",
 ]
 
 _CONTEXT = "sampler"
 _BISECTIONS = 24
+MASKED_LOGIT = -1e9
+MASKED_THRESHOLD = -1e8
+# 1 / T is capped here (float32's largest is 3.4e38), and scaled
+# log-probabilities floored: exp(-1e30) is 0, and no NaN can arise.
+_MAX_INVERSE_TEMPERATURE = 1e30
+_FLOOR = -1e30
+# Below the floor: masked tokens rank under every unmasked one in top-k.
+_MASKED_SCALED = -1e38
 
 
-class Sampler:
+class Sampler(abc.ABC):
     """Base class: `choose(log_probs, seed)` picks one token per row.
 
-    Subclasses override `_choose` (and `get_config` for their arguments).
+    Subclasses implement `_choose` (and `get_config` for their arguments).
     `draws` says whether the sampler uses its seed.
     """
 
@@ -57,17 +86,18 @@ class Sampler:
 
         Args:
             log_probs: float32 [B, V]. Log-probabilities (or logits: any
-                per-row constant shift gives the same choice).
-            seed: int32 tensor [2]. The draw's seed (the user's seed and
-                the position).
+                per-row constant shift gives the same choice); entries at
+                or below `MASKED_THRESHOLD` are never chosen.
+            seed: int32 tensor [2]. The step's seed (`step_seed`).
 
         Returns:
             int32 [B]. The chosen tokens.
         """
         return self._choose(log_probs, seed)
 
+    @abc.abstractmethod
     def _choose(self, log_probs, seed):
-        raise NotImplementedError
+        """The subclass's choice (see `choose`)."""
 
     def get_config(self):
         """The constructor's arguments, by name.
@@ -97,31 +127,35 @@ class GreedySampler(Sampler):
         return _argmax(log_probs)
 
 
+def _checked_temperature(temperature):
+    if (isinstance(temperature, bool)
+            or not isinstance(temperature, numbers.Real)
+            or not 0 < temperature < math.inf):
+        raise invalid_argument(
+            "temperature", "a finite number > 0", temperature, _CONTEXT)
+    return float(temperature)
+
+
 class RandomSampler(Sampler):
     """A draw from softmax(log_probs / temperature).
 
     Args:
-        temperature: float > 0. Below 1 sharpens, above 1 flattens the
-            distribution. Defaults to `1.0`.
+        temperature: finite float > 0. Below 1 sharpens, above 1 flattens
+            the distribution; the extremes are greedy and uniform (module
+            docstring). Defaults to `1.0`.
     """
 
     draws = True
 
     def __init__(self, temperature=1.0):
         """Checks the arguments."""
-        check_non_negative_float("temperature", temperature, _CONTEXT)
-        if not temperature > 0:
-            raise invalid_argument(
-                "temperature", "a number > 0", temperature, _CONTEXT)
-        self.temperature = float(temperature)
+        self.temperature = _checked_temperature(temperature)
 
     def _choose(self, log_probs, seed):
         return draw(self._scaled(log_probs), seed)
 
     def _scaled(self, log_probs):
-        if self.temperature == 1.0:
-            return log_probs
-        return log_probs / self.temperature
+        return tempered(log_probs, inverse_temperature(self.temperature))
 
     def get_config(self):
         return {"temperature": self.temperature}
@@ -132,11 +166,11 @@ class TopKSampler(RandomSampler):
 
     Args:
         k: int >= 1. Tokens kept; at most the vocabulary (checked when
-            generating).
-        temperature: float > 0. Defaults to `1.0`.
+            generating). Defaults to `5` (keras-hub's default).
+        temperature: finite float > 0. Defaults to `1.0`.
     """
 
-    def __init__(self, k, temperature=1.0):
+    def __init__(self, k=5, temperature=1.0):
         """Checks the arguments."""
         super().__init__(temperature)
         self.k = check_positive_int("k", k, _CONTEXT)
@@ -164,13 +198,14 @@ class TopPSampler(RandomSampler):
     always kept.
 
     Args:
-        p: float in (0, 1]. The mass kept; 1 keeps every token.
-        temperature: float > 0. Defaults to `1.0`.
+        p: float in (0, 1]. The mass kept; 1 keeps every token. Defaults
+            to `0.9` (Holtzman et al.'s recommended range, 0.9-0.95).
+        temperature: finite float > 0. Defaults to `1.0`.
         k: int >= 1 or None. Restrict to the k most likely tokens first
             (keras-hub's `TopPSampler(k=...)`). Defaults to `None`.
     """
 
-    def __init__(self, p, temperature=1.0, k=None):
+    def __init__(self, p=0.9, temperature=1.0, k=None):
         """Checks the arguments."""
         super().__init__(temperature)
         if (isinstance(p, bool) or not isinstance(p, numbers.Real)
@@ -180,16 +215,10 @@ class TopPSampler(RandomSampler):
         self.k = None if k is None else check_positive_int("k", k, _CONTEXT)
 
     def _choose(self, log_probs, seed):
-        scaled = self._scaled(log_probs)
-        indices = None
         if self.k is not None:
             _check_k(self.k, log_probs)
-            scaled, indices = ops.top_k(scaled, self.k)
-        keep = nucleus(ops.softmax(scaled, axis=-1), self.p)
-        choice = draw(ops.where(keep, scaled, -1e9), seed)
-        if indices is None:
-            return choice
-        return _batch_gather(indices, choice[:, None])[:, 0]
+        return top_p_choice(log_probs, seed, self.p,
+                            inverse_temperature(self.temperature), self.k)
 
     def get_config(self):
         return {"p": self.p, "temperature": self.temperature, "k": self.k}
@@ -209,6 +238,9 @@ class BeamSampler(Sampler):
         """Checks the arguments."""
         self.beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
         self.alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
+        if not math.isfinite(self.alpha):
+            raise invalid_argument("alpha", "a finite number >= 0", alpha,
+                                   _CONTEXT)
 
     def _choose(self, log_probs, seed):
         raise TypeError("BeamSampler does not choose tokens one at a time: "
@@ -232,7 +264,8 @@ def get(identifier, **kwargs):
 
     Args:
         identifier: a `Sampler`, or one of `"greedy"`, `"random"`,
-            `"top_k"`, `"top_p"`, `"beam"`.
+            `"top_k"` (k=5), `"top_p"` (p=0.9), `"beam"` (4 beams), each
+            with its class's default arguments.
         **kwargs: the named sampler's arguments (e.g. `k=40` for
             `"top_k"`); not allowed with a `Sampler`.
 
@@ -253,19 +286,77 @@ def get(identifier, **kwargs):
             "sampler", "a Sampler or one of " + ", ".join(
                 repr(n) for n in _NAMES), identifier, _CONTEXT)
     cls = _NAMES[identifier]
-    try:
-        return cls(**kwargs)
-    except TypeError:
-        import inspect
-
-        allowed = [n for n in inspect.signature(cls).parameters]
-        unknown = sorted(set(kwargs) - set(allowed))
+    allowed = list(inspect.signature(cls).parameters)
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
         raise invalid_argument(
-            unknown[0] if unknown else "sampler",
-            f"an argument of the {identifier!r} sampler ("
-            + (", ".join(allowed) or "none") + ")",
-            kwargs.get(unknown[0]) if unknown else kwargs, _CONTEXT,
-        ) from None
+            unknown[0], f"an argument of the {identifier!r} sampler ("
+            + (", ".join(allowed) or "none") + ")", kwargs[unknown[0]],
+            _CONTEXT)
+    return cls(**kwargs)
+
+
+def inverse_temperature(temperature):
+    """1 / T, capped at 1e30 (a float32 holds no larger).
+
+    Args:
+        temperature: a Python float > 0, or a float32 scalar tensor > 0
+            (a signature's input; a float32 subnormal may be flushed to 0,
+            which the cap turns into 1e30 too).
+
+    Returns:
+        The same kind: a Python float or a float32 scalar tensor.
+    """
+    if isinstance(temperature, numbers.Real):
+        return min(1.0 / temperature, _MAX_INVERSE_TEMPERATURE)
+    return ops.minimum(1.0 / ops.cast(temperature, "float32"),
+                       _MAX_INVERSE_TEMPERATURE)
+
+
+def tempered(log_probs, inverse):
+    """Logits to draw from at temperature 1 / `inverse`, masked tokens
+    kept out (module docstring).
+
+    Args:
+        log_probs: float32 [B, V].
+        inverse: float or float32 scalar tensor in [0, 1e30]. 1 / T.
+
+    Returns:
+        float32 [B, V]: (log_probs - the row's best unmasked) * inverse,
+        floored at -1e30; -1e38 at masked tokens.
+    """
+    log_probs = ops.cast(log_probs, "float32")
+    unmasked = log_probs > MASKED_THRESHOLD
+    best = ops.max(ops.where(unmasked, log_probs, MASKED_THRESHOLD),
+                   axis=-1, keepdims=True)
+    scaled = ops.maximum((log_probs - best) * inverse, _FLOOR)
+    return ops.where(unmasked, scaled, _MASKED_SCALED)
+
+
+def top_p_choice(log_probs, seed, p, inverse, k=None):
+    """`TopPSampler`'s draw, its settings Python numbers or scalar tensors
+    (the language-model export's `sample` signature feeds tensors).
+
+    Args:
+        log_probs: float32 [B, V].
+        seed: int32 tensor [2]. The step's seed.
+        p: float or float32 scalar tensor in (0, 1].
+        inverse: float or float32 scalar tensor. 1 / T
+            (`inverse_temperature`).
+        k: int or None. Keep the k most likely tokens first.
+
+    Returns:
+        int32 [B].
+    """
+    scaled = tempered(log_probs, inverse)
+    indices = None
+    if k is not None:
+        scaled, indices = ops.top_k(scaled, k)
+    keep = nucleus(ops.softmax(scaled, axis=-1), p)
+    choice = draw(ops.where(keep, scaled, _MASKED_SCALED), seed)
+    if indices is None:
+        return choice
+    return _batch_gather(indices, choice[:, None])[:, 0]
 
 
 def nucleus(probs, p):
@@ -274,7 +365,7 @@ def nucleus(probs, p):
 
     Args:
         probs: float32 [B, V]. Probabilities (rows sum to 1).
-        p: float in (0, 1].
+        p: float or float32 scalar tensor in (0, 1].
 
     Returns:
         bool [B, V]. Always True at each row's most likely token.
@@ -299,30 +390,3 @@ def _check_k(k, log_probs):
     if isinstance(vocab, int) and k > vocab:
         raise invalid_argument(
             "k", f"at most the vocabulary's {vocab} tokens", k, _CONTEXT)
-
-
-def draw(logits, seed):
-    """One stateless draw per row from softmax(logits).
-
-    Args:
-        logits: float32 [B, V].
-        seed: int32 tensor [2].
-
-    Returns:
-        int32 [B]. TensorFlow's `stateless_categorical` or JAX's
-        `random.categorical`; other backends raise `NotImplementedError`.
-    """
-    backend = keras.config.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.random.stateless_categorical(
-            logits, 1, seed=ops.cast(seed, "int32"), dtype=tf.int32)[:, 0]
-    if backend == "jax":
-        import jax
-
-        key = ops.cast(seed, "uint32")
-        return ops.cast(jax.random.categorical(key, logits, axis=-1), "int32")
-    raise NotImplementedError(
-        f"Drawing tokens runs under the TensorFlow and JAX backends; this "
-        f"is {backend!r}: use sampler='greedy' or 'beam'.")

@@ -23,11 +23,12 @@ def sample_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
     `keras.ops.while_loop`.
 
     At each position every unfinished row emits `sampler.choose` of its
-    next-token log-probabilities; the draw for position i uses the seed
-    `(seed, i)`. A row finishes when it emits a token of `eos_id` or
-    reaches its length limit; finished rows emit 0 (pad) and add nothing to
-    their score, and the loop stops once all rows have finished. With the
-    greedy sampler this is `greedy_search`.
+    next-token log-probabilities; the draw for position i uses
+    `samplers.step_seed(seed_words(seed), i)`. A row finishes when it
+    emits a token of `eos_id` or reaches its length limit; finished rows
+    emit 0 (pad) and add nothing to their score, and the loop stops once
+    all rows have finished. With the greedy sampler this is
+    `greedy_search`.
 
     Args:
         step_fn: callable `(ids [B] int32, position scalar int32, cache) ->
@@ -40,8 +41,9 @@ def sample_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
             row (each row stops at its own).
         sampler: a `tfattn.decoding.samplers.Sampler` or its name (not
             `"beam"`). Defaults to `"greedy"`.
-        seed: int, or a scalar int tensor. The draws' seed. Defaults to
-            `0`.
+        seed: int in [-2**63, 2**63), a scalar int tensor, or int32
+            words [2] (`samplers.seed_words`). The draws' seed. Defaults
+            to `0`.
         max_lengths: optional int tensor [B] of per-row limits, clipped to
             [1, L]. Defaults to `None` (L for all).
 
@@ -59,7 +61,8 @@ def sample_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
         raise invalid_argument("sampler", "a per-token sampler (use "
                                "`beam_search` for beams)", sampler,
                                "sample_search")
-    seed = ops.cast(ops.convert_to_tensor(seed), "int32")
+    words = ops.convert_to_tensor(samplers_lib.seed_words(
+        seed, "sample_search"), "int32")
     batch_size = _dim(initial_ids, 0)
     limits = _row_limits(max_lengths, batch_size, max_length)
     positions = ops.arange(max_length, dtype="int32")
@@ -72,7 +75,9 @@ def sample_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
     def body(i, ids, cache, seq, scores, finished):
         logits, new_cache = _call_step_fn(step_fn, ids, i, cache)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        tokens = sampler.choose(log_probs, ops.stack([seed, i]))
+        step = (samplers_lib.step_seed(words, i) if sampler.draws
+                else words)
+        tokens = sampler.choose(log_probs, step)
         token_log_probs = _batch_gather(log_probs, tokens[:, None])
         tokens = ops.where(finished, 0, tokens)
         scores = scores + ops.where(finished, 0.0, token_log_probs[:, 0])

@@ -6,11 +6,15 @@ and of a `CausalLM`, prompts to continuations.
   search and detokenisation in one TensorFlow graph.
 - `to_ctranslate2` / `load_ctranslate2` (`ctranslate2.py`): a CTranslate2
   model directory, for OpenNMT's C++ engine (float32, int8, int16).
-- `export_language_model` (`language_model.py`): a SavedModel of a
-  `CausalLM` whose signatures continue text prompts (greedy, or top-p with
-  a temperature and a seed).
-- `export_masked_lm` (`masked_lm.py`): a SavedModel of a `MaskedLM` whose
-  `fill_mask` signature fills the `[MASK]` blanks of texts (top-k).
+- `export_language_model` / `load_language_model` (`language_model.py`):
+  a SavedModel of a `CausalLM` whose signatures continue text prompts
+  (greedy, or top-p with a temperature and a seed).
+- `causal_lm_to_ctranslate2` / `load_ctranslate2_generator`
+  (`ctranslate2_generator.py`): the same model for CTranslate2's
+  `Generator`.
+- `export_masked_lm` / `load_masked_lm` (`masked_lm.py`): a SavedModel of
+  a `MaskedLM` whose `fill_mask` signature fills the `[MASK]` blanks of
+  texts (top-k).
 """
 
 from tfattn.utils.backend import require_tensorflow_backend
@@ -32,13 +36,20 @@ from tfattn.export.saved_model import SavedModelTranslator  # noqa: E402
 from tfattn.export.saved_model import load_translator  # noqa: E402
 from tfattn.export.language_model import LanguageModelExport  # noqa: E402
 from tfattn.export.language_model import export_language_model  # noqa: E402
-from tfattn.export.language_model import causal_lm_to_ctranslate2  # noqa: E402,E501
+from tfattn.export.language_model import SavedModelLanguageModel  # noqa: E402,E501
+from tfattn.export.language_model import load_language_model  # noqa: E402
+from tfattn.export.ctranslate2_generator import CTranslate2Generator  # noqa: E402,E501
+from tfattn.export.ctranslate2_generator import causal_lm_to_ctranslate2  # noqa: E402,E501
+from tfattn.export.ctranslate2_generator import load_ctranslate2_generator  # noqa: E402,E501
 from tfattn.export.masked_lm import FILL_MASK_SIGNATURE_KEY  # noqa: E402
 from tfattn.export.masked_lm import MaskedLMExport  # noqa: E402
 from tfattn.export.masked_lm import export_masked_lm  # noqa: E402
+from tfattn.export.masked_lm import SavedModelMaskedLM  # noqa: E402
+from tfattn.export.masked_lm import load_masked_lm  # noqa: E402
 
 __all__ = [
     "ATTENTION_SIGNATURE_KEY",
+    "CTranslate2Generator",
     "CTranslate2Translator",
     "FILL_MASK_SIGNATURE_KEY",
     "KERAS_FILENAME",
@@ -46,6 +57,8 @@ __all__ = [
     "MaskedLMExport",
     "NotExportable",
     "SIGNATURE_KEY",
+    "SavedModelLanguageModel",
+    "SavedModelMaskedLM",
     "SavedModelTranslator",
     "Translations",
     "Translator",
@@ -55,6 +68,9 @@ __all__ = [
     "export_masked_lm",
     "export_translator",
     "load_ctranslate2",
+    "load_ctranslate2_generator",
+    "load_language_model",
+    "load_masked_lm",
     "load_translator",
     "to_ctranslate2",
 ]

@@ -4,9 +4,11 @@ continuations (strings) out.
 Two signatures, each taking `prompts`, a `[batch]` `tf.string` tensor:
 
 - `serving_default`: greedy continuations.
-- `sample`: top-p sampling, with the inputs `temperature` (float32 > 0),
-  `top_p` (float32 in (0, 1]; 1 samples from the whole distribution) and
-  `seed` (int32: the same seed and prompts give the same continuations).
+- `sample`: top-p sampling, with the inputs `temperature` (float32,
+  finite and > 0), `top_p` (float32 in (0, 1]; 1 samples from the whole
+  distribution) and `seed` (int64, any int in [-2**63, 2**63): the same
+  seed and prompts give the same continuations, the same as
+  `CausalLM.generate` with that seed and `TopPSampler(top_p, temperature)`).
 
 Both return `continuations` (`[batch]` `tf.string`: the generated text
 only, cut at the end-of-text piece), `scores` (`[batch]` float32, the
@@ -21,13 +23,14 @@ A client needs TensorFlow and tensorflow-text::
     import tensorflow as tf, tensorflow_text  # noqa: F401
     lm = tf.saved_model.load("export_dir")
     lm.signatures["serving_default"](prompts=tf.constant(["a dog"]))
-    lm.signatures["sample"](prompts=tf.constant(["a dog"]),
-                            temperature=tf.constant(0.8),
-                            top_p=tf.constant(0.9), seed=tf.constant(1))
+    lm.signatures["sample"](
+        prompts=tf.constant(["a dog"]), temperature=tf.constant(0.8),
+        top_p=tf.constant(0.9), seed=tf.constant(1, tf.int64))
 
-`causal_lm_to_ctranslate2` writes the same model for CTranslate2's
-`Generator` (its decoder-only spec, `ctranslate2_spec.decoder_only_spec`):
-prompts are token lists starting with `<s>` (BOS).
+`load_language_model(export_dir)` wraps the export for Python callers
+under the serving contract of `tfattn.decoding.lm_serving` (the same
+answers as `lm_evaluation.continue_details` and the CTranslate2 generator
+of `tfattn.export.ctranslate2_generator`).
 
 The SavedModel directory also holds `model.keras` and `spm.model`. Lengths
 are fixed at export: `max_new_tokens` pieces per continuation at most, and
@@ -38,20 +41,22 @@ included).
 import os
 
 import tensorflow as tf
-from keras import ops
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.decoding import lm_serving
 from tfattn.decoding import samplers
 from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
 from tfattn.utils import files
+from tfattn.utils.texts import checked_texts
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
 __all__ = ["SAMPLE_SIGNATURE_KEY", "LanguageModelExport",
-           "export_language_model", "causal_lm_to_ctranslate2"]
+           "export_language_model", "write_export", "SavedModelLanguageModel",
+           "load_language_model"]
 
 _CONTEXT = "export_language_model"
 SAMPLE_SIGNATURE_KEY = "sample"
@@ -59,19 +64,20 @@ _PROMPTS = tf.TensorSpec([None], tf.string, name="prompts")
 
 
 class _TensorTopP(samplers.Sampler):
-    """Top-p with temperature whose settings are graph tensors (the
-    `sample` signature's inputs, checked in the graph)."""
+    """`TopPSampler` whose settings are graph tensors (the `sample`
+    signature's inputs, checked in the graph): the same draw,
+    `samplers.top_p_choice`."""
 
     draws = True
 
     def __init__(self, top_p, temperature):
         """Keeps the two scalar tensors."""
-        self.top_p, self.temperature = top_p, temperature
+        self.top_p = top_p
+        self.inverse = samplers.inverse_temperature(temperature)
 
     def _choose(self, log_probs, seed):
-        scaled = log_probs / self.temperature
-        keep = samplers.nucleus(ops.softmax(scaled, axis=-1), self.top_p)
-        return samplers.draw(ops.where(keep, scaled, -1e9), seed)
+        return samplers.top_p_choice(log_probs, seed, self.top_p,
+                                     self.inverse)
 
 
 class LanguageModelExport(tf.Module):
@@ -129,34 +135,42 @@ class LanguageModelExport(tf.Module):
             dict: `continuations`, `scores`, `truncated` (each `[B]`).
         """
         return self._continue(prompts, samplers.GreedySampler(),
-                              tf.constant(0, tf.int32))
+                              tf.zeros([2], tf.int32))
 
     @tf.function(input_signature=[
         _PROMPTS, tf.TensorSpec([], tf.float32, name="temperature"),
         tf.TensorSpec([], tf.float32, name="top_p"),
-        tf.TensorSpec([], tf.int32, name="seed")], autograph=False)
+        tf.TensorSpec([], tf.int64, name="seed")], autograph=False)
     def sample(self, prompts, temperature, top_p, seed):
         """Top-p sampled continuations (the `sample` signature).
 
         Args:
             prompts: `[B]` `tf.string`.
-            temperature: float32 scalar > 0.
+            temperature: float32 scalar, finite and > 0.
             top_p: float32 scalar in (0, 1].
-            seed: int32 scalar.
+            seed: int64 scalar: any int in [-2**63, 2**63); the same
+                seed draws as `CausalLM.generate(seed=...)`.
 
         Returns:
             dict: `continuations`, `scores`, `truncated` (each `[B]`).
         """
         checks = [
             tf.debugging.assert_positive(
-                temperature, message="sample: temperature must be > 0"),
+                temperature, message="sample: temperature must be finite "
+                "and > 0", name="temperature_must_be_positive"),
+            tf.debugging.assert_less(
+                temperature, float("inf"), message="sample: temperature "
+                "must be finite and > 0", name="temperature_must_be_finite"),
             tf.debugging.assert_positive(
-                top_p, message="sample: top_p must be in (0, 1]"),
+                top_p, message="sample: top_p must be in (0, 1]",
+                name="top_p_must_be_positive"),
             tf.debugging.assert_less_equal(
-                top_p, 1.0, message="sample: top_p must be in (0, 1]")]
+                top_p, 1.0, message="sample: top_p must be in (0, 1]",
+                name="top_p_must_be_at_most_1")]
         with tf.control_dependencies(checks):
-            temperature = tf.identity(temperature)
-        return self._continue(prompts, _TensorTopP(top_p, temperature), seed)
+            temperature, top_p = tf.identity(temperature), tf.identity(top_p)
+        return self._continue(prompts, _TensorTopP(top_p, temperature),
+                              samplers.seed_words(seed, _CONTEXT))
 
     def _continue(self, prompts, sampler, seed):
         prompts = contract.utf8_checked(tf.ensure_shape(
@@ -242,52 +256,101 @@ def write_export(module, model, model_proto, export_dir, overwrite):
         model.save(os.path.join(tmp, "model.keras"))
 
 
-def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,
-                             overwrite=False):
-    """Writes a CTranslate2 `Generator` directory of a `CausalLM`,
-    atomically (as `to_ctranslate2`), with its `spm.model`.
+class SavedModelLanguageModel:
+    """Prompts to continuations with an export of `export_language_model`,
+    in Python, under the serving contract of `tfattn.decoding.lm_serving`:
+    the prompts and settings are checked here, so a bad one is refused
+    naming `prompts[i]`, `temperature`, `top_p` or `seed` before anything
+    runs in the graph.
 
     Args:
-        model: a built `tfattn.CausalLM` (flavour `paper` or
-            `reference_2019`).
-        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes).
-        path: str or path-like. Local directory to create.
-        quantization: None (float32) or a CTranslate2 weight type
-            (`tfattn.export.ctranslate2.QUANTIZATIONS`).
-        overwrite: bool. Replace an existing `path`.
+        export_dir: str or path-like. The export directory.
 
-    Returns:
-        str, the absolute `path`.
+    Attributes:
+        module: the loaded SavedModel (`tf.saved_model.load`).
+        signatures: its signatures (`serving_default`, `sample`).
+        max_new_tokens: int. Pieces per continuation at most.
+        max_prompt_length: int. Prompt ids read at most (BOS included).
 
     Raises:
-        NotExportable: a part of the model does not map exactly.
-        FileExistsError: `path` exists and `overwrite` is False.
-        ValueError: an invalid argument (the message names it).
+        FileNotFoundError: `export_dir` holds no `saved_model.pb`.
     """
-    from tfattn.export import ctranslate2 as ct2_export
-    from tfattn.export import ctranslate2_spec
 
-    context = "causal_lm_to_ctranslate2"
-    if not isinstance(overwrite, bool):
-        raise invalid_argument("overwrite", "a Python bool", overwrite,
-                               context)
-    if quantization is not None and (
-            quantization not in ct2_export.QUANTIZATIONS):
-        raise invalid_argument(
-            "quantization", "None or one of "
-            + ", ".join(ct2_export.QUANTIZATIONS), quantization, context)
-    model_proto = model_proto_of(tokenizer)
-    path = files.local_directory("path", path, context)
-    ct2_export._require_ctranslate2()
-    spec = ctranslate2_spec.decoder_only_spec(
-        model, ct2_export._pieces(model_proto))
-    with files.directory_written_atomically(path, overwrite) as tmp_dir:
-        model_dir = os.path.join(tmp_dir, "model")
-        ct2_export._save_spec(spec, model_dir, quantization)
-        for name in os.listdir(model_dir):
-            os.replace(os.path.join(model_dir, name),
-                       os.path.join(tmp_dir, name))
-        os.rmdir(model_dir)
-        with open(os.path.join(tmp_dir, "spm.model"), "wb") as f:
-            f.write(model_proto)
-    return path
+    def __init__(self, export_dir):
+        """Loads the SavedModel and reads its lengths."""
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        export_dir = os.fspath(export_dir)
+        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
+            raise FileNotFoundError(
+                f"{export_dir}: no saved_model.pb; not an export of "
+                "tfattn.export.export_language_model")
+        self.module = tf.saved_model.load(export_dir)
+        self.signatures = self.module.signatures
+        self.max_new_tokens = int(self.module.max_new_tokens.numpy())
+        self.max_prompt_length = int(self.module.max_prompt_length.numpy())
+
+    def continue_details(self, prompts):
+        """Greedy continuations (the `serving_default` signature).
+
+        Args:
+            prompts: list or tuple of str.
+
+        Returns:
+            `lm_serving.Continuations`.
+
+        Raises:
+            ValueError: naming `prompts` or `prompts[i]`.
+        """
+        prompts = checked_texts(prompts, "SavedModelLanguageModel",
+                                name="prompts")
+        return self._answer(self.signatures["serving_default"], prompts)
+
+    def sample_details(self, prompts, temperature=1.0, top_p=1.0, seed=0):
+        """Top-p sampled continuations (the `sample` signature).
+
+        Args:
+            prompts: list or tuple of str.
+            temperature: finite float > 0. Defaults to `1.0`.
+            top_p: float in (0, 1]. Defaults to `1.0` (every token).
+            seed: int in [-2**63, 2**63). Defaults to `0`.
+
+        Returns:
+            `lm_serving.Continuations`.
+
+        Raises:
+            ValueError: naming `prompts`, `prompts[i]` or the setting.
+        """
+        context = "SavedModelLanguageModel.sample"
+        prompts = checked_texts(prompts, context, name="prompts")
+        temperature, top_p, seed = lm_serving.checked_sampling(
+            temperature, top_p, seed, context)
+        return self._answer(
+            self.signatures[SAMPLE_SIGNATURE_KEY], prompts,
+            temperature=tf.constant(temperature, tf.float32),
+            top_p=tf.constant(top_p, tf.float32),
+            seed=tf.constant(seed, tf.int64))
+
+    @staticmethod
+    def _answer(signature, prompts, **settings):
+        if not prompts:
+            return lm_serving.Continuations([], [], [])
+        out = signature(prompts=tf.constant(prompts, tf.string,
+                                            shape=[len(prompts)]), **settings)
+        return lm_serving.Continuations(
+            [t.decode("utf-8") for t in out["continuations"].numpy()],
+            [float(x) for x in out["scores"].numpy()],
+            [bool(x) for x in out["truncated"].numpy()])
+
+
+def load_language_model(export_dir):
+    """A `SavedModelLanguageModel` of the export at `export_dir`.
+
+    Args:
+        export_dir: str or path-like. The directory `export_language_model`
+            wrote.
+
+    Returns:
+        `SavedModelLanguageModel`.
+    """
+    return SavedModelLanguageModel(export_dir)

@@ -6,6 +6,7 @@ from keras import ops
 
 from tfattn import decoding
 from tfattn.decoding import samplers as samplers_lib
+from tfattn.decoding.samplers import MASKED_LOGIT
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.initializers import fresh_initializer
@@ -243,12 +244,16 @@ class CausalLM(keras.Model):
                 each prompt's length plus this must fit in `max_length`.
             sampler: a `tfattn.decoding.samplers.Sampler` or its name
                 (`"greedy"`, `"random"`, `"top_k"`, `"top_p"`, `"beam"`,
-                with default arguments). Defaults to `"greedy"`.
-            stop_token_ids: int, tuple of ints, or None. A row stops after
-                emitting one (it is kept in the output); `()` or None:
-                rows run to `max_new_tokens`. Defaults to `(3,)` (EOS).
-            seed: int. The draws' seed: the same seed, prompts and settings
-                give the same tokens. Defaults to `0`.
+                each with its class's default arguments: k=5, p=0.9, 4
+                beams). Defaults to `"greedy"`.
+            stop_token_ids: int, tuple of ints in [1, vocab_size), or
+                None. A row stops after emitting one (it is kept in the
+                output); `()` or None: rows run to `max_new_tokens`.
+                Defaults to `(3,)` (EOS). 0 (padding, never emitted) and
+                ids outside the vocabulary are refused: no row would stop.
+            seed: int in [-2**63, 2**63). The draws' seed: the same seed,
+                prompts and settings give the same tokens. Defaults to
+                `0`.
             strip_prompt: bool. Return the continuations only (True), or
                 each prompt followed by its continuation.
             jit_compile: bool. Compile with XLA under TensorFlow (JAX always
@@ -265,11 +270,8 @@ class CausalLM(keras.Model):
         max_new_tokens = validation.check_positive_int(
             "max_new_tokens", max_new_tokens, _CONTEXT)
         sampler = samplers_lib.get(sampler)
-        stop_ids = decoding._loop._stop_ids(
-            stop_token_ids, _CONTEXT, "stop_token_ids", allow_none=True)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise validation.invalid_argument("seed", "an int", seed,
-                                              _CONTEXT)
+        stop_ids = _checked_stop_ids(stop_token_ids, self.vocab_size)
+        words = samplers_lib.seed_words(seed, _CONTEXT)
         validation.check_bool("strip_prompt", strip_prompt, _CONTEXT)
         validation.check_bool("jit_compile", jit_compile, _CONTEXT)
         packed = _prompts.pack(prompts, self.vocab_size, self.max_length,
@@ -285,8 +287,7 @@ class CausalLM(keras.Model):
             search = self._searches[key] = self._compile(key)
         ids, scores = search(
             packed.prefill, packed.last, packed.lengths,
-            np.full((batch,), max_new_tokens, np.int32),
-            np.asarray(seed, np.int32))
+            np.full((batch,), max_new_tokens, np.int32), words)
         ids = np.asarray(ops.convert_to_numpy(ids))[:, :max_new_tokens]
         scores = np.asarray(ops.convert_to_numpy(scores))
         if not strip_prompt:
@@ -340,7 +341,8 @@ class CausalLM(keras.Model):
             last: int32 [B]. The prompts' last tokens.
             lengths: int32 [B]. The prompts' lengths.
             limits: int32 [B]. Tokens to generate per row at most.
-            seed: int32 scalar. The draws' seed.
+            seed: int32 [2]. The draws' seed words
+                (`samplers.seed_words`).
             buffer: int L. The output buffer (static).
             sampler: Sampler.
             stop_ids: int or tuple of ints.
@@ -387,7 +389,7 @@ class CausalLM(keras.Model):
             cache=cache["layers"], cache_index=offset + i)
         logits = self._logits(x)[:, 0]
         not_pad = ops.not_equal(ops.arange(ops.shape(logits)[-1]), PAD_ID)
-        logits = ops.where(not_pad[None, :], logits, -1e9)
+        logits = ops.where(not_pad[None, :], logits, MASKED_LOGIT)
         return logits, {"layers": layers, "position": cache["position"]}
 
     def get_config(self):
@@ -415,3 +417,17 @@ class CausalLM(keras.Model):
         )
         return with_sublayer_policies(self, config)
 
+
+def _checked_stop_ids(stop_token_ids, vocab_size):
+    """`generate`'s stop ids: an int or a tuple of ints in [1, vocab_size)
+    (`()` for None)."""
+    stop_ids = decoding.checked_stop_ids(
+        stop_token_ids, _CONTEXT, "stop_token_ids", allow_none=True)
+    ids = stop_ids if isinstance(stop_ids, tuple) else (stop_ids,)
+    bad = [i for i in ids if not 0 < i < vocab_size]
+    if bad:
+        raise validation.invalid_argument(
+            "stop_token_ids", f"ids in [1, {vocab_size}) (0 is padding, "
+            "never emitted; the others lie outside the vocabulary, so no "
+            "row would stop)", stop_token_ids, _CONTEXT)
+    return stop_ids

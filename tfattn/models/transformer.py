@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from tfattn import decoding
-from tfattn.utils import validation
+from tfattn.decoding.samplers import MASKED_LOGIT
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
@@ -14,6 +14,7 @@ from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models import _ids
 from tfattn.models.layout import checked_layout
 from tfattn.ops import masking
+from tfattn.utils import validation
 from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Transformer"]
@@ -343,7 +344,7 @@ class Transformer(keras.Model):
         logits = self._logits(x)[:, 0]
         # Never emit padding: it would end a row without EOS.
         not_pad = ops.not_equal(ops.arange(ops.shape(logits)[-1]), PAD_ID)
-        return ops.where(not_pad[None, :], logits, -1e9), cache
+        return ops.where(not_pad[None, :], logits, MASKED_LOGIT), cache
 
     def generate(self, source, beam_size=4, alpha=0.6, max_length=None,
                  extra_length=50):
