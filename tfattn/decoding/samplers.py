@@ -177,8 +177,10 @@ class TopKSampler(RandomSampler):
 
     def _choose(self, log_probs, seed):
         _check_k(self.k, log_probs)
-        values, indices = ops.top_k(self._scaled(log_probs), self.k)
-        choice = draw(values, seed)
+        # The k best before the temperature: the order is the same, and
+        # float32 cannot resolve it after a huge T.
+        values, indices = ops.top_k(log_probs, self.k)
+        choice = draw(self._scaled(values), seed)
         return _batch_gather(indices, choice[:, None])[:, 0]
 
     def get_config(self):
@@ -348,10 +350,10 @@ def top_p_choice(log_probs, seed, p, inverse, k=None):
     Returns:
         int32 [B].
     """
-    scaled = tempered(log_probs, inverse)
     indices = None
-    if k is not None:
-        scaled, indices = ops.top_k(scaled, k)
+    if k is not None:  # Before the temperature, as `TopKSampler`.
+        log_probs, indices = ops.top_k(log_probs, k)
+    scaled = tempered(log_probs, inverse)
     keep = nucleus(ops.softmax(scaled, axis=-1), p)
     choice = draw(ops.where(keep, scaled, _MASKED_SCALED), seed)
     if indices is None:

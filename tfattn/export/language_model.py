@@ -174,7 +174,8 @@ class LanguageModelExport(tf.Module):
 
     def _continue(self, prompts, sampler, seed):
         prompts = contract.utf8_checked(tf.ensure_shape(
-            prompts, [None], name="prompts_must_be_a_vector_of_strings"))
+            prompts, [None], name="prompts_must_be_a_vector_of_strings"),
+            name="prompts")
         pieces = self.tokenizer.tokenize(prompts)
         batch = tf.shape(prompts)[0]
         rows = tf.concat([tf.fill([batch, 1], BOS_ID), pieces], axis=1)

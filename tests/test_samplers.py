@@ -1,0 +1,309 @@
+"""The samplers at the extremes of their settings, on any backend (CI runs
+this file under TensorFlow and again under JAX).
+
+Log-probabilities are built as the models build them (`CausalLM` and
+`Transformer` steps give padding, id 0, the logit `MASKED_LOGIT`, then the
+search takes a float32 log-softmax). The reference is NumPy in float64
+from the formulas: softmax((log_probs - best) / T) over the unmasked
+tokens, the k largest for top-k, the sorted-cumulative-sum nucleus for
+top-p (Holtzman et al., 2020). Frequencies are held to a 5-sigma binomial
+bound; padding must be drawn zero times; the low end must be greedy row for
+row. Each draw runs eagerly and compiled (XLA under TensorFlow, `jax.jit`
+under JAX).
+"""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tfattn.decoding import samplers
+from tfattn.models.causal_lm import CausalLM
+
+BACKEND = keras.config.backend()
+VOCAB = 12  # padding + 11 real tokens
+DRAWS = 4000
+TEMPERATURES = [1e-45, 1e-9, 0.5, 1.0, 3.0, 1e3, 1e10, 1e38]
+SAMPLERS = {
+    "random": lambda t: samplers.RandomSampler(t),
+    "top_k_3": lambda t: samplers.TopKSampler(3, temperature=t),
+    "top_k_all": lambda t: samplers.TopKSampler(VOCAB, temperature=t),
+    "top_p_0.6": lambda t: samplers.TopPSampler(0.6, temperature=t),
+    "top_p_1": lambda t: samplers.TopPSampler(1.0, temperature=t),
+    "top_p_0.8_k_4": lambda t: samplers.TopPSampler(0.8, temperature=t,
+                                                    k=4),
+}
+
+
+def _np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def model_log_probs(logits):
+    """What the searches hand a sampler: padding masked, log-softmax."""
+    logits = ops.convert_to_tensor(np.asarray(logits, "float32"))
+    not_pad = ops.not_equal(ops.arange(logits.shape[-1]), 0)
+    logits = ops.where(not_pad[None, :], logits, samplers.MASKED_LOGIT)
+    return ops.log_softmax(logits, axis=-1)
+
+
+def _compiled(function):
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=True)
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(function)
+    return function
+
+
+def choose(sampler, log_probs, seed, compiled):
+    function = sampler.choose
+    if compiled:
+        function = _compiled(lambda lp, s: sampler.choose(lp, s))
+    return _np(function(log_probs, ops.convert_to_tensor(seed, "int32")))
+
+
+def numpy_distribution(name, temperature, log_probs):
+    """(the distribution the sampler should draw from, the set a bisected
+    nucleus may add within its documented 2^-24 tolerance), float64."""
+    lp = np.asarray(log_probs, np.float64)
+    unmasked = lp > samplers.MASKED_THRESHOLD
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        scaled = np.where(unmasked, (lp - lp[unmasked].max()) / temperature,
+                          -np.inf)
+    kept = unmasked.copy()
+    if "top_k" in name or "_k_" in name:
+        k = {"top_k_3": 3, "top_k_all": VOCAB, "top_p_0.8_k_4": 4}[name]
+        order = np.argsort(-scaled, kind="stable")
+        kept = np.zeros_like(kept)
+        kept[order[:k]] = True
+        kept &= unmasked
+    probs = np.where(kept, np.exp(scaled - scaled[kept].max()), 0.0)
+    probs /= probs.sum()
+    loose = probs > 0
+    if "top_p" in name:
+        p = float(name.split("_")[2])
+        order = np.argsort(-probs, kind="stable")
+        count = int(np.searchsorted(np.cumsum(probs[order]), p - 1e-7)) + 1
+        nucleus = np.zeros_like(kept)
+        nucleus[order[:count]] = True
+        threshold = probs[order[count - 1]] - probs.max() * 2.0 ** -24
+        loose = probs >= threshold
+        probs = np.where(nucleus, probs, 0.0)
+        probs /= probs.sum()
+    return probs, loose
+
+
+@pytest.fixture(scope="module")
+def one_row():
+    rng = np.random.default_rng(0)
+    return model_log_probs(rng.normal(0.0, 2.0, (1, VOCAB)))
+
+
+# Every setting eagerly; the extremes compiled too (each compiles anew).
+CASES = ([(n, t, False) for n in SAMPLERS for t in TEMPERATURES]
+         + [(n, t, True) for n in SAMPLERS for t in (1e-45, 1e10)])
+
+
+@pytest.mark.parametrize("name, temperature, compiled", CASES)
+def test_draws_follow_numpy_and_never_padding(name, temperature, compiled,
+                                              one_row):
+    sampler = SAMPLERS[name](temperature)
+    log_probs = ops.repeat(one_row, DRAWS, axis=0)
+    tokens = choose(sampler, log_probs, [7, 1], compiled)
+    assert tokens.min() >= 0 and tokens.max() < VOCAB
+    counts = np.bincount(tokens, minlength=VOCAB)
+    assert counts[0] == 0, f"padding drawn {counts[0]} times"
+    want, loose = numpy_distribution(name, temperature, _np(one_row)[0])
+    got = counts / DRAWS
+    support = got > 0
+    if "top_p" in name and not np.array_equal(loose, want > 0):
+        # Within the bisection's tolerance: draws stay in the loose set,
+        # cover the exact nucleus, and are uniform enough over what they
+        # use (here the probabilities differ by less than 2^-24).
+        assert not (support & ~loose).any()
+        assert (support | (want == 0)).all()
+        want = np.where(support, 1.0 / support.sum(), 0.0)
+    bound = 5 * np.sqrt(want * (1 - want) / DRAWS) + 1e-12
+    assert np.all(np.abs(got - want) <= bound), (got, want)
+
+
+@pytest.mark.parametrize("name, temperature, compiled", [
+    (n, t, False) for n in SAMPLERS for t in (1e-45, 1e-9)]
+    + [(n, 1e-45, True) for n in SAMPLERS])
+def test_the_low_end_is_greedy_row_for_row(name, temperature, compiled):
+    rng = np.random.default_rng(1)
+    log_probs = model_log_probs(rng.normal(0.0, 2.0, (256, VOCAB)))
+    greedy = _np(samplers.GreedySampler().choose(log_probs, None))
+    got = choose(SAMPLERS[name](temperature), log_probs, [3, 9], compiled)
+    np.testing.assert_array_equal(got, greedy)
+
+
+@pytest.mark.parametrize("name", ["random", "top_k_3", "top_p_1"])
+def test_the_high_end_is_uniform_over_the_real_vocabulary(name):
+    # A peaked row: at T = 1e10 its shape must not matter.
+    logits = np.full((1, VOCAB), -30.0, "float32")
+    logits[0, 5] = 30.0
+    log_probs = ops.repeat(model_log_probs(logits), DRAWS, axis=0)
+    tokens = choose(SAMPLERS[name](1e10), log_probs, [5, 5], False)
+    counts = np.bincount(tokens, minlength=VOCAB)
+    assert counts[0] == 0
+    real = counts[1:] if name != "top_k_3" else counts[counts > 0]
+    expected = DRAWS / len(real)
+    assert len(real) == (3 if name == "top_k_3" else VOCAB - 1)
+    assert np.all(np.abs(real - expected) <= 5 * np.sqrt(expected))
+
+
+def test_a_row_of_one_real_token_always_draws_it():
+    logits = np.zeros((64, VOCAB), "float32")
+    logits[:, 2:] = samplers.MASKED_LOGIT  # only id 1 is real
+    log_probs = model_log_probs(logits)
+    for make in SAMPLERS.values():
+        for temperature in (1e-45, 1.0, 1e38):
+            got = _np(make(temperature).choose(log_probs, ops.convert_to_tensor(
+                [1, 2], "int32")))
+            assert (got == 1).all(), (make(temperature), got)
+
+
+# --------------------------------------------------------------------------
+# Seeds: int64-range ints, the same words from Python and from tensors.
+
+@pytest.mark.parametrize("seed, words", [
+    (0, [0, 0]), (1, [0, 1]), (-1, [-1, -1]), (2 ** 31, [0, -2 ** 31]),
+    (2 ** 40 + 5, [256, 5]), (2 ** 63 - 1, [2 ** 31 - 1, -1]),
+    (-2 ** 63, [-2 ** 31, 0]), (np.int64(7), [0, 7]),
+])
+def test_seed_words_are_the_two_halves(seed, words):
+    np.testing.assert_array_equal(samplers.seed_words(seed, "t"), words)
+
+
+@pytest.mark.parametrize("seed", [2 ** 63, -2 ** 63 - 1, 1.5, True, "1",
+                                  None, [1, 2]])
+def test_seeds_outside_int64_or_not_ints_are_refused(seed):
+    with pytest.raises(ValueError, match=r"`seed`.*\[-2\*\*63, 2\*\*63\)"):
+        samplers.seed_words(seed, "t")
+
+
+# --------------------------------------------------------------------------
+# Through CausalLM.generate.
+
+@pytest.fixture(scope="module")
+def lm():
+    keras.utils.set_random_seed(0)
+    model = CausalLM(vocab_size=VOCAB, num_layers=1, num_units=16,
+                     num_heads=2, ffn_units=32, max_length=40,
+                     dropout_rate=0.0)
+    model(np.ones((1, 4), "int32"))
+    return model
+
+
+PROMPTS = [[5, 6, 7], [4], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+
+
+@pytest.mark.parametrize("name, jit_compile", [
+    ("random", False), ("top_k_all", False), ("top_p_1", False),
+    ("top_p_1", True)])
+def test_generate_at_huge_temperature_never_emits_padding(lm, name,
+                                                          jit_compile):
+    ids, scores = lm.generate(PROMPTS * 8, max_new_tokens=24,
+                              sampler=SAMPLERS[name](1e10),
+                              stop_token_ids=None, seed=2 ** 40,
+                              jit_compile=jit_compile)
+    assert (ids > 0).all(), ids
+    assert np.all(scores > -1e6)
+    # Uniform over the 11 real tokens: every one of them shows up.
+    assert set(np.unique(ids)) == set(range(1, VOCAB))
+
+
+@pytest.mark.parametrize("name, jit_compile", [
+    (n, False) for n in SAMPLERS] + [("random", True), ("top_p_0.6", True)])
+def test_generate_at_tiny_temperature_is_greedy(lm, name, jit_compile):
+    greedy, greedy_scores = lm.generate(PROMPTS, max_new_tokens=12,
+                                        stop_token_ids=None)
+    ids, scores = lm.generate(PROMPTS, max_new_tokens=12,
+                              sampler=SAMPLERS[name](1e-45),
+                              stop_token_ids=None, seed=5,
+                              jit_compile=jit_compile)
+    np.testing.assert_array_equal(ids, greedy)
+    np.testing.assert_allclose(scores, greedy_scores, rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [2 ** 31, 2 ** 40, -2 ** 63, 2 ** 63 - 1])
+def test_int64_seeds_repeat_and_differ_from_seed_zero(lm, seed):
+    def sample(s):
+        return lm.generate(PROMPTS, max_new_tokens=16, sampler="random",
+                           stop_token_ids=None, seed=s)[0]
+
+    np.testing.assert_array_equal(sample(seed), sample(seed))
+    assert not np.array_equal(sample(seed), sample(0))
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("greedy", samplers.GreedySampler), ("random", samplers.RandomSampler),
+    ("top_k", samplers.TopKSampler), ("top_p", samplers.TopPSampler),
+    ("beam", samplers.BeamSampler)])
+def test_every_sampler_name_works_without_arguments(lm, name, kind):
+    assert type(samplers.get(name)) is kind
+    ids, scores = lm.generate(PROMPTS, max_new_tokens=4, sampler=name)
+    assert ids.shape == (3, 4) and np.all(np.isfinite(scores))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(seed=2 ** 63), r"`seed`.*Received: seed=9223372036854775808"),
+    (dict(seed=-2 ** 63 - 1), r"`seed`"),
+    (dict(seed=1.0), r"`seed`.*seed=1.0"),
+    (dict(seed=True), r"`seed`.*seed=True"),
+    (dict(stop_token_ids=0), r"`stop_token_ids`.*\[1, 12\).*0 is padding"),
+    (dict(stop_token_ids=(3, VOCAB)), r"`stop_token_ids`.*\(3, 12\)"),
+    (dict(stop_token_ids=-1), r"`stop_token_ids`"),
+    (dict(stop_token_ids="3"), r"`stop_token_ids`"),
+    (dict(sampler=samplers.TopKSampler(VOCAB + 1)), r"`k`.*at most"),
+    (dict(sampler=3), r"`sampler`.*sampler=3"),
+    (dict(strip_prompt=1), r"`strip_prompt`"),
+    (dict(jit_compile="yes"), r"`jit_compile`"),
+    (dict(max_new_tokens=True), r"`max_new_tokens`"),
+    (dict(max_new_tokens=2.0), r"`max_new_tokens`"),
+])
+def test_generate_refuses_bad_settings_by_name(lm, kwargs, match):
+    args = dict(prompts=[[5, 6]], max_new_tokens=3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        lm.generate(**args)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: samplers.RandomSampler(float("inf")), r"temperature=inf"),
+    (lambda: samplers.RandomSampler(float("nan")), r"temperature=nan"),
+    (lambda: samplers.RandomSampler(0.0), r"temperature=0.0"),
+    (lambda: samplers.RandomSampler(-1e-45), r"temperature"),
+    (lambda: samplers.RandomSampler("1"), r"temperature='1'"),
+    (lambda: samplers.RandomSampler(True), r"temperature=True"),
+    (lambda: samplers.TopKSampler(5, temperature=float("inf")),
+     r"temperature=inf"),
+    (lambda: samplers.TopKSampler(2.0), r"`k`"),
+    (lambda: samplers.TopKSampler(True), r"`k`"),
+    (lambda: samplers.TopPSampler(float("nan")), r"`p`.*p=nan"),
+    (lambda: samplers.TopPSampler(0.5, k=0), r"`k`.*k=0"),
+    (lambda: samplers.BeamSampler(0), r"`beam_size`"),
+    (lambda: samplers.BeamSampler(2, alpha=float("inf")), r"`alpha`"),
+    (lambda: samplers.BeamSampler(2, alpha=-0.1), r"`alpha`"),
+    (lambda: samplers.get("greedy", k=3), r"`k`.*'greedy' sampler"),
+    (lambda: samplers.get(samplers.GreedySampler(), k=3), r"`sampler`"),
+])
+def test_sampler_settings_are_refused_by_name(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_the_base_sampler_cannot_be_made():
+    with pytest.raises(TypeError, match="abstract"):
+        samplers.Sampler()
+
+
+def test_beam_sampler_is_not_a_per_token_choice(lm):
+    with pytest.raises(TypeError, match="beam_search"):
+        samplers.BeamSampler().choose(model_log_probs(np.zeros((1, 4))),
+                                      None)
