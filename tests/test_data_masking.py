@@ -82,6 +82,26 @@ def test_replacements_are_80_10_10_and_random_ids_are_never_special():
     assert not np.isin(new[new != MASK], list(SPECIAL)).any()
 
 
+def test_random_replacements_are_uniform_over_the_choosable_ids():
+    # Every chosen token replaced by a random id: each of the 45 choosable
+    # ids is Binomial(total, 1/45); 5-sigma bounds on each count (about
+    # 55 +- 36 here) fail an id stuck on one value (count = total) or one
+    # never drawn (count 0), which the 80-10-10 shares alone would miss.
+    ids = _batch(rows=400, seed=4)
+    masker = MaskGenerator(VOCAB, mask_token_id=MASK, mask_selection_rate=0.5,
+                           mask_token_rate=0.0, random_token_rate=1.0)
+    out = _np(masker(ids, seed=[9, 10]))
+    used = out["mask_weights"] == 1.0
+    new = out["token_ids"][np.nonzero(used)[0], out["mask_positions"][used]]
+    total = len(new)
+    assert total > 2000
+    choosable = [i for i in range(VOCAB) if i not in SPECIAL]
+    counts = np.bincount(new, minlength=VOCAB)
+    assert not counts[list(SPECIAL)].any()
+    for count in counts[choosable]:
+        _check_bounds(count, total, 1 / len(choosable))
+
+
 def test_every_choosable_position_is_equally_likely():
     ids = np.tile(np.array([[2] + list(range(10, 30)) + [3]], np.int32),
                   (3000, 1))
@@ -134,6 +154,19 @@ def test_whole_words_are_chosen_whole():
         budget = max(1, round(0.3 * n))
         first_word = np.bincount(word[chosen]).max() if chosen.any() else 0
         assert 1 <= chosen.sum() <= max(budget, first_word)
+        # Words are taken in key order while they fit: the word that stops
+        # the choice is at most 3 pieces (1 start + at most 2 others), so a
+        # row gets at least budget - 2 tokens (a deterministic bound, not a
+        # statistical one: a rule that picks too few fails every row).
+        assert chosen.sum() >= min(budget - 2, n)
+    # Over the batch the shortfall is small: under a third of a word on
+    # average (the mean of budget - chosen, each in [0, 2]).
+    counts = [((out["mask_weights"][r] == 1).sum(),
+               max(1, round(0.3 * int(np.sum(~np.isin(ids[r],
+                                                     list(SPECIAL)))))))
+              for r in range(len(ids))]
+    shortfall = np.mean([max(b - c, 0) for c, b in counts])
+    assert shortfall < 1.0, shortfall
 
 
 def test_a_tf_data_pipeline_and_one_sentence():
@@ -175,3 +208,60 @@ def test_bad_arguments_are_refused_by_name(kwargs, match):
 def test_ids_that_are_not_int_rows_are_refused():
     with pytest.raises(ValueError, match="ids.*float"):
         MaskGenerator(VOCAB)(np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("ids", [[[2, VOCAB, 3]], [[2, -5, 3]]])
+def test_ids_out_of_the_vocabulary_are_refused_eagerly_and_in_a_pipeline(
+        ids):
+    # Before: a GatherV2 error on CPU (and silent zeros on GPU/XLA).
+    masker = MaskGenerator(VOCAB, seed=0)
+    match = r"argument `ids`, expected token ids in \[0, vocab_size=50\)"
+    with pytest.raises(ValueError, match=match):
+        masker(np.array(ids, np.int32))
+    dataset = tf.data.Dataset.from_tensor_slices(np.array(ids * 2, np.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+        list(dataset.batch(2).map(masker))
+
+
+@pytest.mark.parametrize("seed", [True, 2.5, "a", [1], [1, 2, 3],
+                                  np.array([1.0, 2.0], np.float32),
+                                  [2**40, 1], [True, 1],
+                                  tf.constant([1.0, 2.0])])
+def test_bad_call_seeds_are_refused_by_name(seed):
+    with pytest.raises(ValueError, match="argument `seed`"):
+        MaskGenerator(VOCAB)(_batch(rows=2), seed=seed)
+
+
+def test_good_call_seeds_agree():
+    masker, ids = MaskGenerator(VOCAB), _batch(rows=4)
+    outs = [_np(masker(ids, seed=s))["mask_positions"] for s in (
+        [1, 2], (1, 2), np.array([1, 2], np.int64), tf.constant([1, 2]))]
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(seed=True), "seed=True"),
+    (dict(seed=1.5), "seed=1.5"),
+    (dict(seed="0"), "seed='0'"),
+    (dict(vocab_size=True), "vocab_size=True"),
+    (dict(vocab_size=5), "unselectable_token_ids"),
+    (dict(mask_token_id=True), "mask_token_id=True"),
+    (dict(mask_token_id=-1), "mask_token_id=-1"),
+    (dict(mask_selection_rate=float("nan")), "mask_selection_rate=nan"),
+    (dict(mask_token_rate=float("inf")), "mask_token_rate=inf"),
+    (dict(random_token_rate="0.1"), "random_token_rate='0.1'"),
+    (dict(mask_selection_length=True), "mask_selection_length=True"),
+    (dict(mask_selection_length=2.0), "mask_selection_length=2.0"),
+    (dict(unselectable_token_ids=[0, True]), "unselectable_token_ids"),
+    (dict(unselectable_token_ids=[0, 1.5]), "unselectable_token_ids"),
+    (dict(unselectable_token_ids="0123"), "unselectable_token_ids"),
+    (dict(unselectable_token_ids=5), "unselectable_token_ids"),
+    (dict(word_start_ids=[1] * VOCAB), "word_start_ids"),
+    (dict(word_start_ids=np.ones((VOCAB, 1), bool)), "word_start_ids"),
+])
+def test_every_constructor_argument_is_refused_by_name(kwargs, match):
+    args = dict(vocab_size=VOCAB)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        MaskGenerator(**args)

@@ -298,3 +298,138 @@ def test_fit_at_the_blanks_lowers_the_loss():
     history = model.fit(inputs, targets, epochs=8, batch_size=16, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+@pytest.mark.parametrize("positions, match", [
+    ([[-1], [0]], r"`mask_positions`, expected positions in \[0, T\) of "
+     r"token_ids \(T=8\).*holding -1"),
+    ([[1], [8]], r"`mask_positions`.*\(T=8\).*holding 8"),
+    ([[40], [1]], r"`mask_positions`.*holding 40"),
+    ([[1]], r"`mask_positions`, expected the batch size of token_ids \(2\)"),
+    ([[1], [2], [3]], r"`mask_positions`, expected the batch size"),
+    ([1, 2], r"`mask_positions`, expected int positions of shape \[B, P\]"),
+    ([[1.0], [2.0]], r"`mask_positions`, expected int positions"),
+])
+def test_mask_positions_out_of_range_or_batch_are_refused(mlm, positions,
+                                                          match):
+    # Before: -1 read the last position, 8 failed in a gather, a batch of 1
+    # broadcast against the ids' batch of 2.
+    with pytest.raises(ValueError, match=match):
+        mlm({"token_ids": IDS, "mask_positions": np.array(positions)})
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow",
+                    reason="in-graph assertions are TensorFlow's")
+def test_mask_positions_are_checked_in_a_graph_with_the_same_message(mlm):
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[spec, spec])
+    def logits(ids, positions):
+        return mlm({"token_ids": ids, "mask_positions": positions})
+
+    assert tuple(logits(IDS, np.array([[1, 0], [7, 0]], "int32")).shape) == (
+        2, 2, VOCAB)
+    for positions, match in [
+            ([[1], [8]], r"`mask_positions`, expected positions in \[0, T\)"),
+            ([[-1], [0]], r"`mask_positions`, expected positions in \[0, T\)"),
+            ([[1]], r"`mask_positions`, expected the batch size")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+            logits(IDS, np.array(positions, "int32"))
+
+
+def test_zero_length_ids(mlm):
+    # The encoder and the masked LM answer T = 0 with empty outputs; the
+    # classifier has no token to pool and refuses (before: "slice index 0
+    # of dimension 1 out of bounds").
+    empty = np.zeros((2, 0), "int32")
+    assert tuple(mlm.text_encoder(empty).shape) == (2, 0, 16)
+    assert tuple(mlm(empty).shape) == (2, 0, VOCAB)
+    with pytest.raises(ValueError, match="mask_positions.*holding 0"):
+        mlm({"token_ids": empty, "mask_positions": np.zeros((2, 1), "int32")})
+    for pooling in ("first", "mean"):
+        classifier = tiny(SequenceClassifier, pooling=pooling)
+        with pytest.raises(ValueError, match=r"SequenceClassifier.*`ids`, "
+                           r"expected at least one token per row"):
+            classifier(empty)
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow",
+                    reason="in-graph assertions are TensorFlow's")
+def test_zero_length_ids_are_refused_in_a_graph():
+    import tensorflow as tf
+
+    classifier = tiny(SequenceClassifier)
+    call = tf.function(classifier, input_signature=[
+        tf.TensorSpec([None, None], tf.int32)])
+    assert tuple(call(IDS).shape) == (2, 2)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="`ids`, expected at least one token"):
+        call(np.zeros((2, 0), "int32"))
+
+
+@pytest.mark.parametrize("cls", [TextEncoder, MaskedLM, SequenceClassifier])
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(positional_encoding="rotary"), "positional_encoding='rotary'"),
+    (dict(positional_encoding=True), "positional_encoding=True"),
+    (dict(seed=True), "seed=True"),
+    (dict(seed=2.0), "seed=2.0"),
+    (dict(seed="3"), "seed='3'"),
+    (dict(seed=float("nan")), "seed=nan"),
+    (dict(seed=[1]), r"seed=\[1\]"),
+    (dict(num_layers=0), "num_layers=0"),
+    (dict(num_layers=True), "num_layers=True"),
+    (dict(num_units=16.0), "num_units=16.0"),
+    (dict(num_heads=0), "num_heads=0"),
+    (dict(ffn_units=True), "ffn_units=True"),
+    (dict(vocab_size=float("inf")), "vocab_size=inf"),
+    (dict(max_length="16"), "max_length='16'"),
+    (dict(dropout_rate=float("nan")), "dropout_rate=nan"),
+    (dict(dropout_rate=1.0), "dropout_rate=1.0"),
+    (dict(attention_dropout_rate=-0.1), "attention_dropout_rate=-0.1"),
+    (dict(flavor=None), "flavor=None"),
+    (dict(activation="swirl"), "activation='swirl'"),
+    (dict(embeddings_initializer="nope"), "embeddings_initializer='nope'"),
+])
+def test_every_encoder_argument_is_refused_by_name(cls, kwargs, match):
+    args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
+                ffn_units=32)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        cls(**args)
+
+
+@pytest.mark.parametrize("cls, kwargs, match", [
+    (MaskedLM, dict(layer_norm_epsilon=float("inf")),
+     "layer_norm_epsilon=inf"),
+    (MaskedLM, dict(layer_norm_epsilon=True), "layer_norm_epsilon=True"),
+    (MaskedLM, dict(mask_token_id=True), "mask_token_id=True"),
+    (MaskedLM, dict(mask_token_id=0), "mask_token_id=0"),
+    (MaskedLM, dict(mask_token_id=4.0), "mask_token_id=4.0"),
+    (SequenceClassifier, dict(num_classes=True), "num_classes=True"),
+    (SequenceClassifier, dict(classifier_dropout_rate=float("nan")),
+     "classifier_dropout_rate=nan"),
+    (SequenceClassifier, dict(pooling=None), "pooling=None"),
+])
+def test_head_arguments_are_refused_by_name(cls, kwargs, match):
+    args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
+                ffn_units=32)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        cls(**args)
+
+
+def test_call_flags_are_refused_by_name(mlm):
+    for flags, match in [
+            (dict(return_attention_scores="no"),
+             "return_attention_scores='no'"),
+            (dict(return_attention_scores=1), "return_attention_scores=1"),
+            (dict(training="yes"), "training='yes'")]:
+        with pytest.raises(ValueError, match=match):
+            mlm(IDS, **flags)
+        with pytest.raises(ValueError, match=match):
+            mlm.text_encoder(IDS, **flags)
+    classifier = tiny(SequenceClassifier)
+    with pytest.raises(ValueError, match="training='yes'"):
+        classifier(IDS, training="yes")

@@ -10,6 +10,8 @@ this one works on dense batches with dense ops (no ragged tensors), draws
 from a seed, and can choose whole words.
 """
 
+import numbers
+
 import numpy as np
 import tensorflow as tf
 
@@ -50,9 +52,13 @@ class MaskGenerator:
         seed: int or None. Seeds the draws of calls made without a `seed`.
 
     Call arguments:
-        - ids: int [B, T] or [T] (a dense batch, 0 = padding).
-        - seed: None, or an int32 [2] stateless seed: the same seed gives
-          the same masks (validation sets).
+        - ids: int [B, T] or [T] (a dense batch, 0 = padding), each id in
+          [0, vocab_size): checked in Python where the values are known,
+          by in-graph assertions with the same message in a `tf.data` map
+          or a `tf.function` (a GPU gather would not fail on a bad id).
+        - seed: None, or an int32 [2] stateless seed (two ints in
+          [-2^31, 2^31)): the same seed gives the same masks (validation
+          sets).
 
     Returns:
         dict: `"token_ids"` (ids with the replacements, as `ids`),
@@ -86,6 +92,10 @@ class MaskGenerator:
         if mask_selection_length is not None:
             validation.check_positive_int(
                 "mask_selection_length", mask_selection_length, _CONTEXT)
+        if seed is not None and (isinstance(seed, (bool, np.bool_))
+                                 or not isinstance(seed, numbers.Integral)):
+            raise validation.invalid_argument("seed", "None or an int", seed,
+                                              _CONTEXT)
         special = sorted({int(i) for i in _ids_list(
             "unselectable_token_ids", unselectable_token_ids, vocab_size)}
             | {int(mask_token_id)})
@@ -119,6 +129,7 @@ class MaskGenerator:
                 f"<tensor of dtype {ids.dtype.name} and shape "
                 f"{ids.shape.as_list() if ids.shape.rank is not None else None}"
                 ">", _CONTEXT)
+        ids = self._checked_ids(ids)
         unbatched = ids.shape.rank == 1
         batch = ids[None] if unbatched else ids
         seeds = self._seeds(seed)
@@ -128,6 +139,26 @@ class MaskGenerator:
             out = {key: value[0] for key, value in out.items()}
         return out
 
+    def _checked_ids(self, ids):
+        """`ids` after checking 0 <= id < vocab_size (eagerly, or by
+        in-graph assertions)."""
+        expected = f"token ids in [0, vocab_size={self.vocab_size})"
+        if tf.executing_eagerly():
+            values = ids.numpy()
+            bad = values[(values < 0) | (values >= self.vocab_size)]
+            if bad.size:
+                raise validation.invalid_argument(
+                    "ids", expected, f"<ids holding {int(bad[0])}>", _CONTEXT)
+            return ids
+        message = (f"{_CONTEXT}: Received an invalid value for argument "
+                   f"`ids`, expected {expected}.")
+        checks = [tf.debugging.assert_non_negative(ids, message=message),
+                  tf.debugging.assert_less(
+                      ids, tf.cast(self.vocab_size, ids.dtype),
+                      message=message)]
+        with tf.control_dependencies(checks):
+            return tf.identity(ids)
+
     def _seeds(self, seed):
         """Three stateless seeds [3, 2]: choice, rule, random ids."""
         if seed is None:
@@ -135,8 +166,7 @@ class MaskGenerator:
                 return self._draws.uniform_full_int([3, 2], tf.int32)
             return tf.random.uniform([3, 2], maxval=tf.int32.max,
                                      dtype=tf.int32)
-        seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
-        return tf.random.experimental.stateless_split(seed, 3)
+        return tf.random.experimental.stateless_split(_checked_seed(seed), 3)
 
     def _mask(self, ids, seeds):
         choosable = tf.gather(self._choosable, ids)  # [B, T]
@@ -245,6 +275,28 @@ def _positions(chosen, width):
     return tf.where(used, index, 0), tf.cast(used, tf.float32)
 
 
+def _checked_seed(seed):
+    """A call's stateless seed as int32 [2], or a ValueError naming
+    `seed`."""
+    expected = "None or two int32 ints [2] (a stateless seed)"
+    if isinstance(seed, (tf.Tensor, tf.Variable)):
+        if not seed.dtype.is_integer or seed.shape.as_list() != [2]:
+            raise validation.invalid_argument(
+                "seed", expected, f"<tensor of dtype {seed.dtype.name} and "
+                f"shape {seed.shape}>", _CONTEXT)
+        if not tf.executing_eagerly():
+            return tf.cast(seed, tf.int32)
+        seed = seed.numpy().tolist()
+    values = np.asarray(seed, dtype=object) if not isinstance(
+        seed, (str, bytes)) else np.asarray(None)
+    if (values.shape != (2,) or not all(
+            isinstance(v, (numbers.Integral, np.integer))
+            and not isinstance(v, (bool, np.bool_))
+            and -2**31 <= v < 2**31 for v in values.tolist())):
+        raise validation.invalid_argument("seed", expected, seed, _CONTEXT)
+    return tf.constant(values.tolist(), tf.int32)
+
+
 def _check_unit_interval(name, rate):
     if (isinstance(rate, bool) or not isinstance(rate, (int, float))
             or not 0.0 <= rate <= 1.0):
@@ -254,10 +306,16 @@ def _check_unit_interval(name, rate):
 
 def _ids_list(name, ids, vocab_size):
     try:
-        values = [int(i) for i in ids]
-    except (TypeError, ValueError) as error:
+        values = list(ids)
+    except TypeError as error:
         raise validation.invalid_argument(
             name, "a list of int ids", ids, _CONTEXT) from error
+    if isinstance(ids, (str, bytes)) or not all(
+            isinstance(i, numbers.Integral)
+            and not isinstance(i, (bool, np.bool_)) for i in values):
+        raise validation.invalid_argument(
+            name, "a list of int ids", ids, _CONTEXT)
+    values = [int(i) for i in values]
     bad = [i for i in values if not 0 <= i < vocab_size]
     if bad:
         raise validation.invalid_argument(

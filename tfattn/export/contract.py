@@ -64,18 +64,21 @@ def empty_source_rows(source_ids):
     return tf.less_equal(lengths, 1)
 
 
-def utf8_checked(sentences):
+def utf8_checked(sentences, name="sentences"):
     """`sentences`, after an in-graph check that every row is UTF-8.
 
     Args:
         sentences: `[B]` `tf.string` tensor.
+        name: str. The signature input's name, in the message and the
+            check's node name: `"sentences"` (the translator's, the
+            default), `"texts"` (fill-mask) or `"prompts"`.
 
     Returns:
         The `[B]` `tf.string` tensor `sentences`, computed after the check.
 
     Raises:
         tf.errors.InvalidArgumentError: a row is not UTF-8 (raised when the
-            graph runs; its message names `sentences_must_be_utf8`).
+            graph runs; its message names `{name}_must_be_utf8`).
     """
     valid = tf.equal(
         tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8",
@@ -84,7 +87,7 @@ def utf8_checked(sentences):
         sentences)
     check = tf.debugging.assert_equal(
         valid, tf.ones_like(valid),
-        message="sentences: every row must be UTF-8 text",
-        name="sentences_must_be_utf8")
+        message=f"{name}: every row must be UTF-8 text",
+        name=f"{name}_must_be_utf8")
     with tf.control_dependencies([check]):
         return tf.identity(sentences)

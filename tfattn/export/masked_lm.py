@@ -2,23 +2,28 @@
 with the mask piece `[MASK]` in, the top-k fillings of each blank out.
 
 One signature, `fill_mask`, taking `texts`, a `[batch]` `tf.string` tensor
-in which every text holds at least one `[MASK]` (several are filled at
-once, each independently of the others' fillings, as BERT predicts them).
-It returns, with M the most blanks of one text in the batch and k the
-export's `top_k`:
+in which every text holds at least one `[MASK]` or no piece at all (several
+blanks are filled at once, each independently of the others' fillings, as
+BERT predicts them). Texts are read by the rule of
+`tfattn.decoding.mlm_evaluation` (its module docstring): `<s> pieces </s>`,
+cut to the model's `max_length` keeping the first `max_length - 2` pieces.
+It returns, with M the most blanks of one text in the batch (at least 1
+when the batch has a text) and k the export's `top_k`:
 
 - `fillings`: `[batch, M, k]` `tf.string`, each blank's candidate words
-  (SentencePiece pieces with the word-start mark removed), most probable
-  first; rows with fewer blanks are padded with `""`;
+  (SentencePiece pieces with the word-start mark "▁" removed), most
+  probable first; rows with fewer blanks are padded with `""`;
 - `probabilities`: `[batch, M, k]` float32 (0 in the padding);
 - `blanks`: `[batch]` int32, the blanks filled in each text;
-- `truncated`: `[batch]` bool, the text was longer than the model's
-  `max_length` (with `<s>` and `</s>`) and was cut; blanks past the cut are
-  not filled.
+- `truncated`: `[batch]` bool, the text was cut to `max_length`; blanks
+  past the cut are not filled.
 
-A text without `[MASK]` (an empty text included) fails the call with an
-`InvalidArgumentError` that names `texts` and the rows; so do a tensor of
-another rank and bytes that are not UTF-8. A client needs TensorFlow and
+A text with no piece (empty, or whitespace only once normalised) has no
+blank: `blanks` 0, not truncated, padding only. A batch of 0 texts gives
+outputs of batch 0. A text with pieces but no `[MASK]` fails the call with
+an `InvalidArgumentError` that names `texts` and the rows; so do a tensor
+of another rank (`texts_must_be_a_vector_of_strings`) and bytes that are
+not UTF-8 (`texts_must_be_utf8`). A client needs TensorFlow and
 tensorflow-text::
 
     import tensorflow as tf, tensorflow_text  # noqa: F401
@@ -27,24 +32,33 @@ tensorflow-text::
         texts=tf.constant(["a dog runs on the [MASK] ."]))
     out["fillings"][0, 0], out["probabilities"][0, 0]
 
+In Python, `load_masked_lm(export_dir)` gives `fill_mask(texts)` and
+`fill_mask_details(texts)` with the refusals and the structure of
+`tfattn.decoding.mlm_evaluation.fill_mask` / `fill_mask_details`, except
+that a filling is the word (the piece without "▁", as the signature gives
+it) where Python's `fill_mask` gives the piece.
+
 The directory also holds `model.keras` and `spm.model`.
 """
 
+import os
 
 import tensorflow as tf
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
-from tfattn.data.tokenizer import MASK_PIECE
 from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.decoding import mlm_evaluation
 from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
 from tfattn.export.language_model import write_export
 from tfattn.utils import files
 from tfattn.utils.validation import check_positive_int
+from tfattn.utils.texts import checked_texts
 from tfattn.utils.validation import invalid_argument
 
-__all__ = ["FILL_MASK_SIGNATURE_KEY", "MaskedLMExport", "export_masked_lm"]
+__all__ = ["FILL_MASK_SIGNATURE_KEY", "MaskedLMExport", "SavedModelMaskedLM",
+           "export_masked_lm", "load_masked_lm"]
 
 _CONTEXT = "export_masked_lm"
 FILL_MASK_SIGNATURE_KEY = "fill_mask"
@@ -72,16 +86,16 @@ class MaskedLMExport(tf.Module):
             raise invalid_argument(
                 "top_k", f"at most the vocabulary's {model.vocab_size}",
                 top_k, _CONTEXT)
-        if self.tokenizer.mask_id is None:
-            raise invalid_argument(
-                "tokenizer", f"a vocabulary with the mask piece {MASK_PIECE}",
-                "<no mask piece>", _CONTEXT)
+        mlm_evaluation.check_model_and_tokenizer(model, self.tokenizer,
+                                                 _CONTEXT)
         self._mask_id = self.tokenizer.mask_id
         self._space_id = self.tokenizer.piece_to_id("\u2581")
         self._max_length = model.max_length
         self._set_model(model)
         self.top_k = tf.Variable(self._top_k, dtype=tf.int32,
                                  trainable=False)
+        self.max_length = tf.Variable(model.max_length, dtype=tf.int32,
+                                      trainable=False)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _set_model(self, model):
@@ -102,14 +116,16 @@ class MaskedLMExport(tf.Module):
         """The top-k fillings of every blank (the `fill_mask` signature).
 
         Args:
-            texts: `[B]` `tf.string`, each with at least one `[MASK]`.
+            texts: `[B]` `tf.string`, each with at least one `[MASK]` or
+                no piece.
 
         Returns:
             dict: `fillings`, `probabilities` (`[B, M, k]`), `blanks`,
             `truncated` (`[B]`).
         """
         texts = contract.utf8_checked(tf.ensure_shape(
-            texts, [None], name="texts_must_be_a_vector_of_strings"))
+            texts, [None], name="texts_must_be_a_vector_of_strings"),
+            name="texts")
         pieces = self._without_blank_spaces(self.tokenizer.tokenize(texts))
         batch = tf.shape(texts)[0]
         room = self._max_length - 2
@@ -122,11 +138,13 @@ class MaskedLMExport(tf.Module):
         blanks = tf.reduce_sum(tf.cast(is_blank, tf.int32), axis=1)
         in_text = tf.reduce_sum(tf.cast(tf.equal(
             pieces, self._mask_id), tf.int32), axis=1)
-        missing = tf.where(tf.equal(in_text, 0))[:, 0]
+        missing = tf.where(tf.logical_and(
+            tf.equal(in_text, 0), pieces.row_lengths() > 0))[:, 0]
         check = tf.debugging.Assert(
             tf.equal(tf.size(missing), 0),
-            ["fill_mask: texts without [MASK] (an empty text has none), "
-             "at rows:", missing], summarize=20)
+            ["fill_mask: texts with pieces but without [MASK] (an empty "
+             "text is answered with no blank), at rows:", missing],
+            summarize=20)
         with tf.control_dependencies([check]):
             ids = tf.identity(ids)
         positions, used = _blank_positions(is_blank)
@@ -144,12 +162,11 @@ class MaskedLMExport(tf.Module):
         """`mlm_evaluation.without_blank_spaces` in the graph: drops the
         lone "▁" piece before each `[MASK]`."""
         flat = pieces.values
+        rows = pieces.value_rowids()
         following = tf.concat([flat[1:], [-1]], axis=0)
-        last = tf.scatter_nd(
-            tf.maximum(pieces.row_limits() - 1, 0)[:, None],
-            tf.cast(pieces.row_lengths() > 0, tf.int32),
-            tf.shape(flat, out_type=tf.int64))
-        following = tf.where(last > 0, -1, tf.cast(following, tf.int32))
+        # The last piece of a row has no follower in its text.
+        last = tf.not_equal(rows, tf.concat([rows[1:], [-1]], axis=0))
+        following = tf.where(last, -1, tf.cast(following, tf.int32))
         drop = tf.logical_and(tf.equal(flat, self._space_id),
                               tf.equal(following, self._mask_id))
         return tf.ragged.boolean_mask(
@@ -205,3 +222,109 @@ def export_masked_lm(model, tokenizer, export_dir, top_k=5,
     module = MaskedLMExport(model, model_proto, top_k)
     write_export(module, model, model_proto, export_dir, overwrite)
     return export_dir
+
+
+class SavedModelMaskedLM:
+    """Fill-mask with an export of `export_masked_lm`, in Python.
+
+    It answers as `tfattn.decoding.mlm_evaluation.fill_mask` and
+    `fill_mask_details` do: the texts are checked here (naming `texts` or
+    `texts[i]`, before anything runs in the graph), read by the same rule,
+    and returned in the same structure; a filling is the word (the piece
+    without "▁", as the signature gives it).
+
+    Args:
+        export_dir: str or path-like. The export directory.
+
+    Attributes:
+        module: the loaded SavedModel (`tf.saved_model.load`).
+        signatures: its signatures (`fill_mask`, taking `texts`).
+        top_k: int. The fillings per blank the export gives.
+        max_length: int. The model's `max_length`.
+        tokenizer: the export's `SubwordTokenizer` (`spm.model`).
+
+    Raises:
+        FileNotFoundError: `export_dir` holds no `saved_model.pb` or no
+            `spm.model`.
+    """
+
+    def __init__(self, export_dir):
+        """Loads the SavedModel, its settings and its tokenizer."""
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        export_dir = os.fspath(export_dir)
+        for name in ("saved_model.pb", "spm.model"):
+            if not os.path.isfile(os.path.join(export_dir, name)):
+                raise FileNotFoundError(
+                    f"{export_dir}: no {name}; not an export of "
+                    "tfattn.export.export_masked_lm")
+        self.module = tf.saved_model.load(export_dir)
+        self.signatures = self.module.signatures
+        self.top_k = int(self.module.top_k.numpy())
+        self.max_length = int(self.module.max_length.numpy())
+        with open(os.path.join(export_dir, "spm.model"), "rb") as f:
+            self.tokenizer = SubwordTokenizer(f.read())
+
+    def fill_mask(self, texts):
+        """The top-k words of every `[MASK]` in each text.
+
+        Args:
+            texts: list or tuple of str (as `mlm_evaluation.fill_mask`).
+
+        Returns:
+            list (per text) of lists (per blank) of `(word, probability)`
+            pairs, the export's `top_k` of them, most probable first.
+
+        Raises:
+            ValueError: as `mlm_evaluation.fill_mask` (blanks past
+                `max_length` included).
+        """
+        return self._run(texts, "SavedModelMaskedLM.fill_mask",
+                         whole=True).fillings
+
+    def fill_mask_details(self, texts):
+        """`fill_mask` that also answers texts cut to `max_length`.
+
+        Args:
+            texts: list or tuple of str.
+
+        Returns:
+            `tfattn.decoding.mlm_evaluation.FillMaskResult`.
+
+        Raises:
+            ValueError: as `mlm_evaluation.fill_mask_details`.
+        """
+        return self._run(texts, "SavedModelMaskedLM.fill_mask_details",
+                         whole=False)
+
+    def _run(self, texts, context, whole):
+        texts = checked_texts(texts, context)
+        pieces = mlm_evaluation.text_pieces(self.tokenizer, texts, True)
+        mlm_evaluation.check_blanks(
+            texts, pieces, self.tokenizer.mask_id,
+            self.max_length if whole else None, context)
+        out = self.signatures[FILL_MASK_SIGNATURE_KEY](
+            texts=tf.constant(texts, tf.string, shape=[len(texts)]))
+        words = out["fillings"].numpy()
+        probs = out["probabilities"].numpy()
+        fillings = [
+            [[(w.decode("utf-8"), float(p))
+              for w, p in zip(words[row, slot], probs[row, slot])]
+             for slot in range(count)]
+            for row, count in enumerate(out["blanks"].numpy().tolist())]
+        return mlm_evaluation.FillMaskResult(
+            fillings, [bool(x) for x in out["truncated"].numpy()])
+
+
+def load_masked_lm(export_dir):
+    """A `SavedModelMaskedLM` of the export at `export_dir`.
+
+    Args:
+        export_dir: str or path-like. The directory `export_masked_lm`
+            wrote.
+
+    Returns:
+        `SavedModelMaskedLM`: `.fill_mask(texts)` and
+        `.fill_mask_details(texts)`, `.signatures` for the graph function.
+    """
+    return SavedModelMaskedLM(export_dir)

@@ -9,6 +9,7 @@ from tfattn.layers.dropout import Dropout
 from tfattn.layers.initializers import fresh_initializer
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
+from tfattn.models.text_encoder import check_call_flags
 from tfattn.models.text_encoder import encoder_arguments
 from tfattn.models.text_encoder import encoder_config
 from tfattn.models.text_encoder import mean_over_tokens
@@ -38,7 +39,9 @@ class SequenceClassifier(keras.Model):
         **kwargs: base `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
-        - ids: int [B, T], 0 = padding.
+        - ids: int [B, T], 0 = padding, T >= 1 (a pooled vector needs a
+          token; T = 0 is refused naming `ids`, in Python where the shape
+          is known and by an in-graph assertion in a TensorFlow graph).
         - training: bool.
 
     Returns:
@@ -154,7 +157,8 @@ class SequenceClassifier(keras.Model):
         self.built = True
 
     def call(self, ids, training=None):
-        ids = self.text_encoder.check_ids(ids)
+        check_call_flags(training, False, _CONTEXT)
+        ids = _check_tokens(self.text_encoder.check_ids(ids))
         x = self.text_encoder(ids, training=training)
         pooled = x[:, 0] if self.pooling == "first" else mean_over_tokens(
             x, ids)
@@ -170,6 +174,28 @@ class SequenceClassifier(keras.Model):
             classifier_dropout_rate=self.classifier_dropout_rate,
         )
         return config
+
+
+def _check_tokens(ids):
+    """`ids` [B, T] after checking that T >= 1 (statically, or in a
+    TensorFlow graph by an assertion with the same message)."""
+    length = validation.shape_of(ids)[1]
+    expected = "at least one token per row (T >= 1) to pool"
+    if length is not None:
+        if length < 1:
+            raise validation.invalid_argument(
+                "ids", expected, f"<tensor of shape {ids.shape}>", _CONTEXT)
+        return ids
+    if keras.config.backend() != "tensorflow" or isinstance(
+            ids, keras.KerasTensor):
+        return ids
+    import tensorflow as tf
+
+    check = tf.debugging.assert_positive(
+        tf.shape(ids)[1], message=f"{_CONTEXT}: Received an invalid value "
+        f"for argument `ids`, expected {expected}.")
+    with tf.control_dependencies([check]):
+        return tf.identity(ids)
 
 
 def _check_pretrained(masked_lm):

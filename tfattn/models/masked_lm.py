@@ -1,12 +1,16 @@
 """`MaskedLM`: a BERT-style masked language model."""
 
+import math
+
 import keras
 from keras import ops
 
 from tfattn.layers.initializers import fresh_initializer
+from tfattn.models._ids import _concrete
 from tfattn.models.layout import serialized_activation
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
+from tfattn.models.text_encoder import check_call_flags
 from tfattn.models.text_encoder import encoder_arguments
 from tfattn.models.text_encoder import encoder_config
 from tfattn.utils import validation
@@ -37,8 +41,8 @@ class MaskedLM(keras.Model):
             `activation` is the blocks' feed-forward activation).
         head_activation: the head's activation. Defaults to `"gelu"`
             (BERT's).
-        layer_norm_epsilon: float. The head's layer norm. Defaults to
-            `1e-6`.
+        layer_norm_epsilon: float > 0, finite. The head's layer norm.
+            Defaults to `1e-6`.
         mask_token_id: int. The id that stands for a blank (`fill_mask`
             fills those). Defaults to `4`, tfattn's mask piece.
         **kwargs: base `keras.Model` arguments (`name`, `dtype`).
@@ -47,7 +51,11 @@ class MaskedLM(keras.Model):
         - inputs: int ids [B, T] (0 = padding), or a dict with
           `"token_ids"` [B, T] and optionally `"mask_positions"` int
           [B, P] (the output of `tfattn.data.MaskGenerator`; its other
-          keys are ignored).
+          keys are ignored): positions in [0, T), B the ids' batch (a
+          padded slot may repeat position 0). Checked in Python where the
+          values are known and by in-graph assertions with the same
+          message in a TensorFlow graph (`tf.function`, `fit`, serving);
+          unchecked under JAX tracing (see `tfattn.models._ids`).
         - training: bool.
         - return_attention_scores: bool. Also return the self-attention
           weights, `{"encoder": [[B, H, T, T] per layer]}`.
@@ -84,10 +92,10 @@ class MaskedLM(keras.Model):
                 head_activation, _CONTEXT) from error
         if (isinstance(layer_norm_epsilon, bool)
                 or not isinstance(layer_norm_epsilon, (int, float))
-                or not layer_norm_epsilon > 0):
+                or not 0 < layer_norm_epsilon < math.inf):
             raise validation.invalid_argument(
-                "layer_norm_epsilon", "a number > 0", layer_norm_epsilon,
-                _CONTEXT)
+                "layer_norm_epsilon", "a finite number > 0",
+                layer_norm_epsilon, _CONTEXT)
         if (isinstance(mask_token_id, bool) or not isinstance(
                 mask_token_id, int) or not 0 < mask_token_id < vocab_size):
             raise validation.invalid_argument(
@@ -127,7 +135,10 @@ class MaskedLM(keras.Model):
         return self.text_encoder.token_embedding
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        check_call_flags(training, return_attention_scores, _CONTEXT)
         ids, positions = _split_inputs(inputs)
+        if positions is not None:
+            ids = self.text_encoder.check_ids(ids)
         x = self.text_encoder(ids, training=training,
                               return_attention_scores=return_attention_scores)
         if return_attention_scores:
@@ -148,14 +159,36 @@ class MaskedLM(keras.Model):
                                                       "float32")
 
     def _check_positions(self, positions, ids):
+        """`positions` as int32 [B, P] after checking them against `ids`
+        [B, T]: same batch, every value in [0, T)."""
         positions = ops.convert_to_tensor(positions)
         dtype = keras.backend.standardize_dtype(positions.dtype)
         shape = validation.shape_of(positions)
+        ids_shape = validation.shape_of(ids)
+        received = f"<tensor of dtype {dtype} and shape {shape}>"
         if "int" not in dtype or len(shape) != 2:
             raise validation.invalid_argument(
-                "mask_positions", "int positions of shape [B, P]",
-                f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT)
-        return ops.cast(positions, "int32")
+                "mask_positions", "int positions of shape [B, P]", received,
+                _CONTEXT)
+        if None not in (shape[0], ids_shape[0]) and shape[0] != ids_shape[0]:
+            raise validation.invalid_argument(
+                "mask_positions", "the batch size of token_ids "
+                f"({ids_shape[0]})", received, _CONTEXT)
+        positions = ops.cast(positions, "int32")
+        if isinstance(positions, keras.KerasTensor):
+            return positions
+        expected = "positions in [0, T) of token_ids"
+        concrete, length = _concrete(positions), ids_shape[1]
+        if concrete is not None and length is not None:
+            bad = concrete[(concrete < 0) | (concrete >= length)]
+            if bad.size:
+                raise validation.invalid_argument(
+                    "mask_positions", f"{expected} (T={length})",
+                    f"<positions holding {int(bad[0])}>", _CONTEXT)
+            return positions
+        if keras.config.backend() != "tensorflow":
+            return positions  # Traced: unchecked (`tfattn.models._ids`).
+        return _asserted_positions(positions, ids, expected)
 
     def get_config(self):
         config = super().get_config()
@@ -183,3 +216,24 @@ def _ids_shape(inputs_shape):
     if isinstance(inputs_shape, dict):
         return tuple(inputs_shape["token_ids"])
     return tuple(inputs_shape)
+
+
+def _asserted_positions(positions, ids, expected):
+    """`positions` after in-graph checks (TensorFlow graphs): the batch of
+    `ids` and values in [0, T), with `_check_positions`' message."""
+    import tensorflow as tf
+
+    message = (f"{_CONTEXT}: Received an invalid value for argument "
+               f"`mask_positions`, expected {{}}.")
+    ids_shape = tf.shape(ids)
+    checks = [
+        tf.debugging.assert_equal(
+            tf.shape(positions)[0], ids_shape[0],
+            message=message.format("the batch size of token_ids")),
+        tf.debugging.assert_non_negative(
+            positions, message=message.format(expected)),
+        tf.debugging.assert_less(
+            positions, ids_shape[1], message=message.format(expected)),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(positions)

@@ -1,7 +1,10 @@
 """`TextEncoder`: token ids to bidirectional contextual vectors, the body
 that `MaskedLM` pretrains and `SequenceClassifier` fine-tunes."""
 
+import numbers
+
 import keras
+import numpy as np
 from keras import ops
 
 from tfattn.layers.block_base import resolved_epsilon
@@ -10,6 +13,7 @@ from tfattn.layers.encoder import Encoder
 from tfattn.layers.initializers import fresh_initializer
 from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.layer_normalization import LayerNormalization
+from tfattn.layers.positional_encoding import KINDS
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models import _ids
@@ -63,7 +67,7 @@ class TextEncoder(keras.layers.Layer):
             Defaults to `"glorot_uniform"`.
         activation: the feed-forward activation. Defaults to `"relu"`;
             `"gelu"` is BERT's (the reference flavours fix ReLU).
-        seed: int or None. Dropout seed.
+        seed: int or None. Dropout seed (an int, not a bool nor a float).
         kernel_initializer: a Keras initializer of every Dense kernel (the
             blocks' projections and feed-forward layers, and the heads of
             the models that own this encoder). Defaults to
@@ -103,6 +107,10 @@ class TextEncoder(keras.layers.Layer):
         """Checks the arguments (messages prefixed with `context`, the
         model that owns the encoder); sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, context)
+        check_seed(seed, context)
+        if positional_encoding is not None:
+            validation.check_choice("positional_encoding",
+                                    positional_encoding, KINDS, context)
         if normalize_first is not None:
             validation.check_bool("normalize_first", normalize_first, context)
         block_args, defaults, positional, _, _, initializer = checked_layout(
@@ -186,6 +194,7 @@ class TextEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, ids, training=None, return_attention_scores=False):
+        check_call_flags(training, return_attention_scores, self._context)
         ids = self.check_ids(ids)
         x = self.positions(self.token_embedding(ids))
         if self.normalize_embeddings:
@@ -239,6 +248,40 @@ def encoder_config(owner):
         config[name] = keras.initializers.serialize(getattr(owner, name))
     config["activation"] = serialized_activation(owner.activation)
     return config
+
+
+def check_seed(seed, context):
+    """Checks a dropout seed: None or an int (not a bool, not a float).
+
+    Args:
+        seed: any. The value to check.
+        context: str. The model that checks; prefixes the message.
+
+    Raises:
+        ValueError: naming `seed`.
+    """
+    if seed is not None and (isinstance(seed, (bool, np.bool_))
+                             or not isinstance(seed, numbers.Integral)):
+        raise validation.invalid_argument(
+            "seed", "None or an int", seed, context)
+
+
+def check_call_flags(training, return_attention_scores, context):
+    """Checks the call flags of the models on this encoder.
+
+    Args:
+        training: None or a bool.
+        return_attention_scores: a Python bool.
+        context: str. The model that checks; prefixes the message.
+
+    Raises:
+        ValueError: naming the flag.
+    """
+    if training is not None and not isinstance(training, (bool, np.bool_)):
+        raise validation.invalid_argument(
+            "training", "None or a bool", training, context)
+    validation.check_bool("return_attention_scores", return_attention_scores,
+                          context)
 
 
 def encoder_arguments(kwargs):
