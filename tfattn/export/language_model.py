@@ -146,7 +146,9 @@ class LanguageModelExport(tf.Module):
 
         Args:
             prompts: `[B]` `tf.string`.
-            temperature: float32 scalar, finite and > 0.
+            temperature: float32 scalar, finite and > 0 (a subnormal
+                below 1.2e-38 reads as 0 in TensorFlow's kernels and is
+                refused: any T <= 1e-30 draws as 1e-30 does).
             top_p: float32 scalar in (0, 1].
             seed: int64 scalar: any int in [-2**63, 2**63); the same
                 seed draws as `CausalLM.generate(seed=...)`.
@@ -326,9 +328,11 @@ class SavedModelLanguageModel:
         prompts = checked_texts(prompts, context, name="prompts")
         temperature, top_p, seed = lm_serving.checked_sampling(
             temperature, top_p, seed, context)
+        # Below 1e-30 every temperature draws alike (1 / T is capped at
+        # 1e30), and TensorFlow reads a float32 subnormal as 0.
         return self._answer(
             self.signatures[SAMPLE_SIGNATURE_KEY], prompts,
-            temperature=tf.constant(temperature, tf.float32),
+            temperature=tf.constant(max(temperature, 1e-30), tf.float32),
             top_p=tf.constant(top_p, tf.float32),
             seed=tf.constant(seed, tf.int64))
 
