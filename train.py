@@ -100,6 +100,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 import hparams as hparams_sets  # noqa: E402
+from tfattn.cli import checks  # noqa: E402
 from tfattn.cli import commands  # noqa: E402
 from tfattn import config  # noqa: E402
 from tfattn.training import distribute  # noqa: E402
@@ -130,8 +131,8 @@ DEFAULT_RUNS_DIR = "runs"
 flags.DEFINE_string(
     "hparams",
     None,
-    "Hparams set: " + ", ".join(hparams_sets.names()) + ". Omit it to resume "
-    "with the set saved in --model_dir.",
+    "Hparams set: " + ", ".join(hparams_sets.names()) + ". Omit it to use "
+    "the set saved in --model_dir; given there, it must match it.",
 )
 flags.DEFINE_string(
     "hparams_overrides",
@@ -255,7 +256,8 @@ flags.DEFINE_enum(
     "The split `eval`/`all` translates and scores: choose "
     "settings on `validation`, report `test`.",
 )
-flags.DEFINE_integer("seed", 0, "Initialisation, dropout and data seed.")
+flags.DEFINE_integer("seed", 0, "Initialisation, dropout and data seed.",
+                     lower_bound=0, upper_bound=2**32 - 1)
 flags.DEFINE_integer(
     "samples",
     100,
@@ -272,8 +274,6 @@ flags.DEFINE_bool(
     "On an error, show the Python traceback instead of one "
     "line (also with --verbosity=1).",
 )
-
-flags.mark_flags_as_mutual_exclusive(["train_steps", "train_epochs"])
 
 FLAGS = flags.FLAGS
 
@@ -301,58 +301,46 @@ def _check_overrides(values):
             hparams_sets.get(name), values["hparams_overrides"]
         )
     except ValueError as error:
-        raise flags.ValidationError(str(error))
+        raise flags.ValidationError(checks.flag_shown(
+            "hparams_overrides", values["hparams_overrides"]) + f": {error}")
     return True
 
 
 @flags.multi_flags_validator(
     ["dataset", "source_language", "target_language", "data_dir",
-     "manual_dir", "hparams", "hparams_overrides", "model_dir"]
+     "manual_dir", "hparams", "hparams_overrides", "model_dir", "mode"]
 )
 def _check_dataset(values):
     try:
-        sources.parse_dataset_spec(
-            *[values[name] for name in ("dataset", "source_language",
-                                        "target_language", "data_dir",
-                                        "manual_dir")],
-            monolingual=_task_of(values) != "translation")
-    except ValueError as error:
+        checks.check_dataset_flags(sources.parse_dataset_spec, values,
+                                   _task_of(values) != "translation")
+    except errors.UsageError as error:
         raise flags.ValidationError(str(error))
     return True
 
 
 def _task_of(values):
-    """The run's task: the --hparams set's (with its overrides), else the
-    one saved in --model_dir, else translation (the default)."""
-    hp = None
+    """The run's task (`checks.run_hparams`: a training mode's --hparams
+    set, eval's and export's saved one), else translation."""
+    requested = saved = None
     try:
         if values["hparams"] in hparams_sets.names():
-            hp = config.parse_overrides(hparams_sets.get(values["hparams"]),
-                                        values["hparams_overrides"])
-        elif values["model_dir"]:
-            hp = run_dir.load_saved_hparams(values["model_dir"])
+            requested = config.parse_overrides(
+                hparams_sets.get(values["hparams"]),
+                values["hparams_overrides"])
+        if values["model_dir"]:
+            saved = run_dir.load_saved_hparams(values["model_dir"])
     except ValueError:
         pass  # The overrides' or the saved file's own check reports it.
+    hp = checks.run_hparams(values["mode"], requested, saved)
     return hp.task if hp else "translation"
 
 
-@flags.multi_flags_validator(
-    [
-        "mode",
-        "strategy",
-        "tpu",
-        "mixed_precision",
-        "export_dir",
-        "overwrite_export",
-        "export_format",
-        "ctranslate2_quantization",
-        "train_steps",
-        "train_epochs",
-    ]
-)
+@flags.multi_flags_validator(checks.COMBINED_FLAGS)
 def _check_combination(values):
     try:
-        commands.check_flag_combination(values)
+        commands.check_flag_combination(
+            values, {name for name in values if FLAGS[name].present})
     except errors.UsageError as error:
         raise flags.ValidationError(str(error))
     return True
@@ -428,7 +416,8 @@ def main(argv):
 
 
 # Command fields that are not one flag's value as it is.
-_DERIVED_FIELDS = ("model_dir", "dataset", "hparams", "mixed_precision")
+_DERIVED_FIELDS = ("model_dir", "dataset", "hparams", "hparams_name",
+                   "mixed_precision")
 
 
 def _command(directory):
@@ -439,22 +428,18 @@ def _command(directory):
         for field in dataclasses.fields(commands.Command)
         if field.name not in _DERIVED_FIELDS
     }
-    requested = (requested_hparams(directory)
-                 if FLAGS.mode in commands.TRAINING_MODES else None)
-    known = requested or run_dir.load_saved_hparams(directory)
-    task = known.task if known else None
+    requested = (requested_hparams(directory) if FLAGS.hparams
+                 or FLAGS.mode in commands.TRAINING_MODES else None)
+    known = checks.run_hparams(FLAGS.mode, requested,
+                               run_dir.load_saved_hparams(directory))
     return commands.Command(
         **values,
         model_dir=directory,
-        dataset=sources.parse_dataset_spec(
-            FLAGS.dataset,
-            FLAGS.source_language,
-            FLAGS.target_language,
-            FLAGS.data_dir,
-            FLAGS.manual_dir,
-            monolingual=task not in (None, "translation"),
-        ),
+        dataset=checks.check_dataset_flags(
+            sources.parse_dataset_spec, FLAGS.flag_values_dict(),
+            known is not None and known.task != "translation"),
         hparams=requested,
+        hparams_name=FLAGS.hparams,
         mixed_precision=(
             None if FLAGS.mixed_precision == "off" else FLAGS.mixed_precision
         ),
@@ -474,8 +459,8 @@ def _parse_flags(argv):
         return FLAGS(argv)
     except flags.Error as error:
         print(
-            f"Error: {errors.describe(error)} (python train.py --helpfull "
-            "lists the flags)",
+            f"Error: {errors.describe_flag_error(error, FLAGS)} (python "
+            "train.py --helpfull lists the flags)",
             file=sys.stderr,
         )
         sys.exit(2)

@@ -9,7 +9,7 @@ from tfattn.data import sources
     "text, kwargs, message",
     [
         ("numbers:x", {}, "takes no ':...' part"),
-        ("wmt", {}, "Unknown dataset 'wmt'"),
+        ("wmt", {}, "text='wmt': unknown dataset"),
         ("tfds:", {}, "needs a name"),
         ("tfds:wmt14_translate/de-en", {}, "needs source_language"),
         (
@@ -61,3 +61,41 @@ def test_build_tokenizer_uses_the_sets_normalization(tmp_path, normalization):
     # A resumed run reads the rule back from the model directory.
     reloaded = sources.build_tokenizer(spec, hp, None, str(tmp_path), True)
     assert reloaded.normalization == normalization
+
+
+def test_a_split_needs_only_its_own_text_files(tmp_path):
+    """Eval reads the test split alone: no training text is required
+    (issue 57: `--mode=eval` asked for PREFIX.txt to score PREFIX.test)."""
+    (tmp_path / "text.test.txt").write_text("a b\nc d\n")
+    spec = sources.parse_dataset_spec(
+        f"textfiles:{tmp_path}/text", monolingual=True
+    )
+    assert sources.load_pairs(spec, "test") == [("", "a b"), ("", "c d")]
+    with pytest.raises(FileNotFoundError, match="split 'train'"):
+        sources.load_pairs(spec, "train")
+    for lang, text in (("en", "one\n"), ("de", "eins\n")):
+        (tmp_path / f"pair.test.{lang}").write_text(text)
+    spec = sources.parse_dataset_spec(f"textfiles:{tmp_path}/pair", "en", "de")
+    assert sources.load_pairs(spec, "test") == [("one", "eins")]
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(text="wmt"), "text"),
+        (dict(text="numbers", data_dir="/d"), "data_dir"),
+        (dict(text="multi30k", source_language="en", target_language="en"),
+         "target_language"),
+        (dict(text="multi30k", source_language="fr"), "source_language"),
+        (dict(text="tfds:x", source_language="en"), "target_language"),
+        (dict(text="textfiles:x", monolingual=True, source_language="de"),
+         "source_language"),
+        (dict(text="textfiles:x", monolingual=True, manual_dir="/m"),
+         "manual_dir"),
+    ],
+)
+def test_a_spec_error_names_its_argument(kwargs, argument):
+    with pytest.raises(sources.DatasetSpecError) as info:
+        sources.parse_dataset_spec(**kwargs)
+    assert info.value.argument == argument
+    assert str(info.value).startswith(f"{argument}=")

@@ -87,15 +87,19 @@ def parse(*args):
             ],
             "TPUs do not compute in float16",
         ),
-        (["--train_steps=5", "--train_epochs=1"], "At most one of"),
+        (
+            ["--train_steps=5", "--train_epochs=1"],
+            "--train_epochs=1: give --train_steps or --train_epochs, not both",
+        ),
         (["--train_steps=0"], "--train_steps=0"),
         (
             ["--export_dir=/tmp/e"],
-            "--export_dir only apply with --mode=export",
+            "--export_dir=/tmp/e: only applies with --mode=export or "
+            "--mode=all",
         ),
         (
             ["--export_format=ctranslate2"],
-            "--export_format=ctranslate2 only apply with --mode=export",
+            "--export_format=ctranslate2: only applies with --mode=export",
         ),
         (
             ["--mode=export", "--ctranslate2_quantization=int8"],
@@ -105,8 +109,11 @@ def parse(*args):
             ["--mode=export", "--export_format=onnx"],
             "value should be one of <saved_model|ctranslate2>",
         ),
-        (["--mode=eval", "--train_steps=5"], "only apply with --mode=train"),
-        (["--dataset=wmt"], "Unknown dataset 'wmt'"),
+        (
+            ["--mode=eval", "--train_steps=5"],
+            "--train_steps=5: only applies with --mode=train",
+        ),
+        (["--dataset=wmt"], "--dataset=wmt: unknown dataset"),
         (["--dataset=tfds:wmt14_translate/de-en"], "needs source_language"),
         (
             ["--source_language=en"],
@@ -677,7 +684,9 @@ def test_eval_split_and_the_sets_checkpoint_average(tmp_path, monkeypatch):
         train.main(["train.py"])
 
 
-def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
+def test_model_fields_cannot_be_overridden_at_eval(
+    tmp_path, monkeypatch, capsys
+):
     _saved_run(tmp_path, monkeypatch)
     parse(
         f"--model_dir={tmp_path}",
@@ -686,7 +695,11 @@ def test_model_fields_cannot_be_overridden_at_eval(tmp_path, monkeypatch):
     )
     with pytest.raises(SystemExit) as exit_info:
         train.main(["train.py"])
-    message = str(exit_info.value.code)
+    assert exit_info.value.code == 2  # usage: the flag, first
+    message = capsys.readouterr().err
+    assert message.startswith(
+        "Error: --hparams_overrides=num_layers=3,beam_size=2: "
+    )
     assert "only the decoding fields" in message and "num_layers" in message
 
 

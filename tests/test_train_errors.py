@@ -2,6 +2,8 @@
 ...`, naming the file, line, flag or field, with exit status 2 (usage) or 1
 (the rest), no traceback, and nothing written."""
 
+import contextlib
+import io
 import re
 import subprocess
 import sys
@@ -24,14 +26,27 @@ FLAGS = flags.FLAGS
 
 
 def _main(*args):
-    """train.main with these flags; returns (status, the one error line)."""
+    """train.main with these flags; returns (status, the one error line).
+    A training mode runs without samples (--samples=0)."""
     FLAGS.unparse_flags()
-    FLAGS(["train.py", "--samples=0", "--progress_bar=false", *args])
+    training_mode = not any(a in ("--mode=eval", "--mode=export")
+                            for a in args)
+    quiet = ["--samples=0"] if training_mode else []
+    FLAGS(["train.py", *quiet, "--progress_bar=false", *args])
+    err = io.StringIO()
     try:
-        train.main(["train.py"])
+        with contextlib.redirect_stderr(err):
+            train.main(["train.py"])
     except SystemExit as exit_:
         code = exit_.code
-        return (1, code) if isinstance(code, str) else (code, None)
+        if isinstance(code, str):
+            return 1, code
+        # A usage error (2) prints its line to standard error.
+        lines = [x for x in err.getvalue().splitlines()
+                 if x.startswith("Error: ")]
+        return code, (lines[-1] if lines else None)
+    finally:
+        sys.stderr.write(err.getvalue())
     return 0, None
 
 
@@ -335,3 +350,7 @@ def _raises_out_of_memory(*args, **kwargs):
         "Graph execution error:\n\nOOM when allocating tensor "
         "with shape[64,4,70,8000] and type float",
     )
+
+
+# Issue 57, item 3: every refusal before work, the flag and the reason
+# first, in one line.

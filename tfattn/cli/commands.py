@@ -24,6 +24,7 @@ from absl import logging
 
 from tfattn import config
 from tfattn.training import distribute
+from tfattn.cli import checks
 from tfattn.cli import errors
 from tfattn.cli import language_model
 from tfattn.cli import masked_lm
@@ -63,15 +64,14 @@ __all__ = [
     "run",
 ]
 
-TRAIN, EVAL, EXPORT, ALL = "train", "eval", "export", "all"
-MODES = (TRAIN, EVAL, EXPORT, ALL)
-# The modes that run each step.
-TRAINING_MODES = (TRAIN, ALL)
-EVAL_MODES = (EVAL, ALL)
-EXPORT_MODES = (EXPORT, ALL)
-# What the export writes (`tfattn.export`).
-SAVED_MODEL, CTRANSLATE2 = "saved_model", "ctranslate2"
-EXPORT_FORMATS = (SAVED_MODEL, CTRANSLATE2)
+# The modes and export formats (`checks`, where the refusals live).
+TRAIN, EVAL, EXPORT, ALL = checks.TRAIN, checks.EVAL, checks.EXPORT, checks.ALL
+MODES = checks.MODES
+TRAINING_MODES = checks.TRAINING_MODES
+EVAL_MODES = checks.EVAL_MODES
+EXPORT_MODES = checks.EXPORT_MODES
+SAVED_MODEL, CTRANSLATE2 = checks.SAVED_MODEL, checks.CTRANSLATE2
+EXPORT_FORMATS = checks.EXPORT_FORMATS
 # Under MODEL_DIR, when --export_dir is not given.
 DEFAULT_EXPORT_DIRS = {SAVED_MODEL: "export", CTRANSLATE2: "ctranslate2"}
 # Validation sentences whose attention eval draws into TensorBoard.
@@ -88,6 +88,8 @@ class Command:
     # The requested set with its overrides; None resumes with the saved one.
     hparams: Optional[config.HParams] = None
     hparams_overrides: str = ""
+    # The --hparams given (its name, for messages), or None.
+    hparams_name: Optional[str] = None
     # None (float32), a Keras policy name, or "auto"
     # (`tfattn.training.precision`).
     strategy: str = "default"
@@ -108,48 +110,24 @@ class Command:
     progress_bar: bool = True
 
 
-def check_flag_combination(values):
-    """Raises `errors.UsageError` for flags that cannot work together.
+def check_flag_combination(values, given=None):
+    """Raises `errors.UsageError` for flags that cannot work together
+    (`checks.check_flag_combination`).
 
     Args:
-        values: dict of `train.py`'s flag values by name (those of
-            `Command`, as given on the command line): the mode, strategy,
-            tpu, mixed_precision, export and training-length flags.
+        values: dict of `train.py`'s flag values by name
+            (`checks.COMBINED_FLAGS`).
+        given: set of str or None. The flags given on the command line;
+            None counts those whose value is not `Command`'s default.
 
     Raises:
-        errors.UsageError: `--tpu` without `--strategy=tpu` (or the
-            reverse), float16 on TPUs, export flags outside the export
-            modes, `--ctranslate2_quantization` without the CTranslate2
-            format, or training-length flags outside the training modes.
+        errors.UsageError: see `checks.check_flag_combination`.
     """
-    if (values["strategy"] == "tpu") != bool(values["tpu"]):
-        raise errors.UsageError(
-            "--tpu is required with --strategy=tpu and only there.")
-    if (values["strategy"] == "tpu"
-            and values["mixed_precision"] == "mixed_float16"):
-        raise errors.UsageError(
-            "TPUs do not compute in float16: use "
-            "--mixed_precision=mixed_bfloat16 with --strategy=tpu.")
-    export_flags = [f"--{name}" for name in
-                    ("export_dir", "overwrite_export",
-                     "ctranslate2_quantization") if values[name]]
-    if values["export_format"] != SAVED_MODEL:
-        export_flags.append(f"--export_format={values['export_format']}")
-    if export_flags and values["mode"] not in EXPORT_MODES:
-        raise errors.UsageError(
-            f"{', '.join(export_flags)} only apply with --mode=export or "
-            "--mode=all.")
-    if (values["ctranslate2_quantization"]
-            and values["export_format"] != CTRANSLATE2):
-        raise errors.UsageError(
-            "--ctranslate2_quantization only applies with "
-            "--export_format=ctranslate2.")
-    training_flags = [f"--{name}" for name in ("train_steps", "train_epochs")
-                      if values[name] is not None]
-    if training_flags and values["mode"] not in TRAINING_MODES:
-        raise errors.UsageError(
-            f"{', '.join(training_flags)} only apply with --mode=train or "
-            "--mode=all.")
+    if given is None:
+        defaults = {f.name: f.default for f in dataclasses.fields(Command)}
+        given = {n for n, v in values.items()
+                 if v != defaults.get(n, None) and v is not False}
+    checks.check_flag_combination(values, given)
 
 
 def decoding_settings(command):
@@ -168,8 +146,10 @@ def decoding_settings(command):
 
     Raises:
         FileNotFoundError: `model_dir` holds no `hparams.json`.
-        ValueError: the overrides change a field other than the decoding
-            ones (`config.DECODING_FIELDS`), or do not parse.
+        errors.UsageError: the overrides change a field other than the
+            decoding ones (`config.DECODING_FIELDS`), or one the task does
+            not read (`checks.check_decoding_overrides`).
+        ValueError: the overrides do not parse.
     """
     directory = command.model_dir
     saved = run_dir.load_saved_hparams(directory)
@@ -177,14 +157,8 @@ def decoding_settings(command):
         raise FileNotFoundError(
             f"{directory} holds no trained model (no hparams.json); train one "
             "first (--mode=train).")
-    hp = config.parse_overrides(saved, command.hparams_overrides)
-    changed = [n for n in config.differences(saved, hp)
-               if n not in config.DECODING_FIELDS]
-    if changed:
-        raise ValueError(
-            "With --mode=eval or export, --hparams_overrides may change only "
-            f"the decoding fields ({', '.join(config.DECODING_FIELDS)}); "
-            f"received changes to {', '.join(changed)}.")
+    hp = checks.check_decoding_overrides(
+        saved, command.hparams_overrides, command.mode, command.export_format)
     return config.decoding_kwargs(hp), (command.average_checkpoints
                                         or hp.average_checkpoints)
 
@@ -200,7 +174,15 @@ def check(command, report=logging.info):
     Returns:
         (the `preparation.PreparedRun` of a training mode or None, the
         strategy).
+
+    Raises:
+        errors.UsageError: flags the hparams or the model directory make
+            impossible (`checks.check_command`), first.
+        ValueError, OSError: bad data, hparams or directories.
     """
+    # The flags against the hparams and the model directory, first.
+    checks.check_command(command,
+                         run_dir.load_saved_hparams(command.model_dir))
     spec = command.dataset
     # The splits this command will read, checked before training starts.
     training_mode = command.mode in TRAINING_MODES
@@ -406,8 +388,9 @@ def run_export(command, report=logging.info):
     overwrite = command.overwrite_export or not command.export_dir
     if os.path.lexists(export_dir) and not overwrite:
         raise FileExistsError(
-            f"{export_dir}: already exists; pass --overwrite_export to "
-            "replace it, or choose another --export_dir.")
+            f"--export_dir={export_dir}: already exists; pass "
+            "--overwrite_export to replace it, or choose another "
+            "--export_dir.")
     if command.dataset.monolingual:
         return _monolingual_module(command).run_export(
             command, export_dir, overwrite, report, average)

@@ -29,6 +29,7 @@ __all__ = [
     "out_of_memory",
     "guard_memory",
     "describe",
+    "describe_flag_error",
     "command_line_failure",
     "training_advice",
     "decoding_advice",
@@ -155,6 +156,38 @@ def describe(error):
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + f"... ({len(text):,} characters)"
     return text
+
+
+def describe_flag_error(error, flag_values):
+    """An absl flag error as one line that names the flag first.
+
+    absl prefixes a failed multi-flag validator's message with every flag
+    it reads and its value (`flags a=1, b=2, ...: message`). A validator
+    whose message names its flag first (`--b=2: reason`) is shown without
+    that list; other messages (absl's own, `flag --mode=dance: ...`) are
+    kept whole.
+
+    Args:
+        error: absl.flags.Error. The parse or validation error.
+        flag_values: absl.flags.FlagValues. The parsed flags (their
+            validators' prefixes are rebuilt from them).
+
+    Returns:
+        str. One line, as `describe`.
+    """
+    text = str(error)
+    prefixes = set()
+    for name in list(flag_values):
+        for validator in getattr(flag_values[name], "validators", ()):
+            if len(validator.get_flags_names()) > 1:
+                try:
+                    prefixes.add(
+                        validator.print_flags_with_values(flag_values))
+                except Exception:  # noqa: BLE001 (a message, not a check)
+                    continue
+    for prefix in sorted(prefixes, key=len, reverse=True):
+        text = text.replace(f"{prefix}: --", "--")
+    return describe(ValueError(text))
 
 
 def command_line_failure(error, doing, memory_advice, expected=()):

@@ -28,6 +28,7 @@ __all__ = [
     "NUMBERS_TOKENIZER_PAIRS",
     "TOKENIZER_MAX_SENTENCES",
     "DatasetSpec",
+    "DatasetSpecError",
     "build_tokenizer",
     "check_dataset",
     "load_pairs",
@@ -41,6 +42,26 @@ DATASET_KINDS = ("numbers", "multi30k", "tfds", "textfiles")
 TOKENIZER_MAX_SENTENCES = 2_000_000
 # Training pairs of the numbers task the vocabulary is learnt from.
 NUMBERS_TOKENIZER_PAIRS = 20_000
+
+
+class DatasetSpecError(ValueError):
+    """A dataset spec that cannot work: `argument=value: reason`.
+
+    Args:
+        argument: str. The argument at fault (`text`, `source_language`,
+            `target_language`, `data_dir` or `manual_dir`).
+        value: any. Its value.
+        reason: str. Why it cannot work.
+
+    Attributes:
+        argument, value, reason: as given, for a caller that names the
+            argument its own way (a command-line flag).
+    """
+
+    def __init__(self, argument, value, reason):
+        """Builds the message from the argument, its value and reason."""
+        self.argument, self.value, self.reason = argument, value, reason
+        super().__init__(f"{argument}={value!r}: {reason}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,57 +118,70 @@ def parse_dataset_spec(text, source_language=None, target_language=None,
         A `DatasetSpec`.
 
     Raises:
-        ValueError: a malformed spec or an impossible combination.
+        DatasetSpecError: a malformed spec or an impossible combination
+            (a `ValueError` naming the argument at fault).
     """
     if not isinstance(text, str) or not text:
-        raise ValueError(f"A dataset spec must be a non-empty string. "
-                         f"Received: {text!r}")
+        raise DatasetSpecError("text", text, "a dataset spec must be a "
+                               "non-empty string")
     kind, sep, name = text.partition(":")
     usage = ("expected 'numbers', 'multi30k', 'tfds:NAME' or "
              "'textfiles:PREFIX'")
     if kind not in DATASET_KINDS:
-        raise ValueError(f"Unknown dataset {text!r}: {usage}.")
+        raise DatasetSpecError("text", text, f"unknown dataset; {usage}")
     if kind in ("numbers", "multi30k") and sep:
-        raise ValueError(f"Dataset {kind!r} takes no ':...' part: {usage}. "
-                         f"Received: {text!r}")
+        raise DatasetSpecError("text", text, f"dataset {kind!r} takes no "
+                               f"':...' part; {usage}")
     if kind in ("tfds", "textfiles") and not name:
-        raise ValueError(f"Dataset {kind!r} needs a name after ':': {usage}. "
-                         f"Received: {text!r}")
+        raise DatasetSpecError("text", text, f"dataset {kind!r} needs a "
+                               f"name after ':'; {usage}")
     if monolingual:
         return parse_monolingual_spec(kind, name, source_language,
                                       target_language, data_dir, manual_dir)
-    languages = (source_language, target_language)
     if kind == "numbers":
-        stray = [n for n, v in (("source_language", source_language),
-                                ("target_language", target_language),
-                                ("data_dir", data_dir),
-                                ("manual_dir", manual_dir)) if v]
-        if stray:
-            raise ValueError("The generated 'numbers' dataset takes no "
-                             + ", ".join(stray) + ".")
+        _refuse_stray(kind, source_language=source_language,
+                      target_language=target_language, data_dir=data_dir,
+                      manual_dir=manual_dir)
     elif kind == "multi30k":
+        given = (source_language, target_language)
         source_language = source_language or (
             "de" if target_language == "en" else "en")
         target_language = target_language or (
             "de" if source_language == "en" else "en")
         if {source_language, target_language} != {"en", "de"}:
-            raise ValueError(
-                "Multi30k translates between 'en' and 'de'. Received: "
-                f"source_language={languages[0]!r}, "
-                f"target_language={languages[1]!r}")
+            bad = ("source_language" if given[0] not in (None, "en", "de")
+                   or given[1] is None else "target_language")
+            raise DatasetSpecError(
+                bad, given[bad == "target_language"],
+                "Multi30k translates between 'en' and 'de'")
     else:
-        if not source_language or not target_language:
-            raise ValueError(
-                f"Dataset {text!r} needs source_language and target_language "
-                "(--source_language, --target_language).")
+        for argument, value in (("source_language", source_language),
+                                ("target_language", target_language)):
+            if not value:
+                raise DatasetSpecError(
+                    argument, value, f"dataset {text!r} needs "
+                    "source_language and target_language (the "
+                    "translation's two sides)")
         if source_language == target_language:
-            raise ValueError("source_language and target_language must "
-                             f"differ. Received: {source_language!r} twice.")
-        if kind == "textfiles" and (data_dir or manual_dir):
-            raise ValueError("Text files take no data_dir or manual_dir; put "
-                             "the path in 'textfiles:PREFIX'.")
+            raise DatasetSpecError(
+                "target_language", target_language, "source_language and "
+                f"target_language must differ (both {source_language!r})")
+        if kind == "textfiles":
+            _refuse_stray(kind, data_dir=data_dir, manual_dir=manual_dir)
     return DatasetSpec(kind, name or None, source_language, target_language,
                        data_dir or None, manual_dir or None)
+
+
+def _refuse_stray(kind, **values):
+    """Refuses the first of `values` (argument: value) that is set: the
+    `kind` dataset takes none of them."""
+    for argument, value in values.items():
+        if value:
+            where = (" (put the path in 'textfiles:PREFIX')"
+                     if kind == "textfiles" else "")
+            raise DatasetSpecError(
+                argument, value,
+                f"the {kind!r} dataset takes no {argument}{where}")
 
 
 def check_dataset(spec, splits=("train",)):
@@ -230,25 +264,23 @@ def parse_monolingual_spec(kind, name, source_language, target_language,
         `target_language`.
 
     Raises:
-        ValueError: a source language, or an impossible combination.
+        DatasetSpecError: a source language, or an impossible combination.
     """
     if source_language:
-        raise ValueError(
-            "A language model reads one side of the data: give "
-            "--target_language only (the language, TFDS feature or file "
-            f"suffix). Received: source_language={source_language!r}")
-    stray = [n for n, v in (("target_language", target_language),
-                            ("data_dir", data_dir), ("manual_dir", manual_dir))
-             if v and (kind == "numbers" or (kind == "textfiles"
-                                             and n != "target_language"))]
-    if stray:
-        raise ValueError(f"The {kind!r} dataset takes no "
-                         + ", ".join(stray) + ".")
+        raise DatasetSpecError(
+            "source_language", source_language, "a language model reads "
+            "one side of the data: give --target_language only (the "
+            "language, TFDS feature or file suffix)")
+    if kind == "numbers":
+        _refuse_stray(kind, target_language=target_language,
+                      data_dir=data_dir, manual_dir=manual_dir)
+    elif kind == "textfiles":
+        _refuse_stray(kind, data_dir=data_dir, manual_dir=manual_dir)
     default = {"multi30k": "en", "tfds": "text", "textfiles": "txt"}
     language = target_language or default.get(kind)
     if kind == "multi30k" and language not in ("en", "de"):
-        raise ValueError("Multi30k's text is 'en' or 'de'. Received: "
-                         f"target_language={target_language!r}")
+        raise DatasetSpecError("target_language", target_language,
+                               "Multi30k's text is 'en' or 'de'")
     return DatasetSpec(kind, name or None, None, language, data_dir or None,
                        manual_dir or None, monolingual=True)
 
@@ -267,7 +299,8 @@ def load_split(spec, split="train"):
     Raises:
         FileNotFoundError, ValueError: missing or malformed data.
     """
-    check_dataset(spec)
+    # Only this split's files: eval reads no training text.
+    check_dataset(spec, (split,))
     if spec.monolingual:
         return _monolingual_split(spec, split)
     if spec.kind == "numbers":
