@@ -812,3 +812,15 @@ def test_generate_builds_a_model_never_called():
         tf.constant(SOURCE[:, :3]), beam_size=2, max_length=4
     )
     assert model.built and ids.shape == (2, 4) and scores.shape == (2,)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_generate_answers_a_batch_of_zero(small, beam_size):
+    # Beam search used to reduce over an empty tensor ("Cannot compute the
+    # min of an empty tensor"); the exports answer batch 0 with nothing.
+    ids, scores = small.generate(np.zeros((0, 5), "int32"),
+                                 beam_size=beam_size, extra_length=2)
+    assert _np(ids).shape == (0, 7) and _np(scores).shape == (0,)
+    # And a batch of rows is unchanged by the fix.
+    ids, _ = small.generate(SOURCE, beam_size=beam_size, extra_length=2)
+    assert _np(ids).shape == (SOURCE.shape[0], 7)

@@ -193,6 +193,10 @@ def beam_search(step_fn, initial_ids, initial_cache, max_length, eos_id,
     k = check_positive_int("beam_size", beam_size, "beam_search")
     alpha = check_non_negative_float("alpha", alpha, "beam_search")
     batch_size = _dim(initial_ids, 0)
+    if isinstance(batch_size, int) and batch_size == 0:
+        # Nothing to search (and reshapes by -1 of 0 rows fail under JAX).
+        return (ops.zeros((0, max_length), "int32"),
+                ops.zeros((0,), "float32"))
     limits = _row_limits(max_lengths, batch_size, max_length)
     positions = ops.arange(max_length, dtype="int32")
     # The best score any alive beam of row b can still reach: log-probs only
@@ -400,8 +404,11 @@ def beam_search_continues(state, max_length, max_penalty):
         Scalar bool tensor.
     """
     best_alive = state.alive_log_probs[:, 0] / max_penalty  # [B]
+    # `initial`: a traced batch may hold 0 rows (Keras's TensorFlow `min`
+    # refuses an empty tensor without it).
     worst_finished = ops.min(ops.where(
-        state.finished_flags, state.finished_scores, -_NEG_INF), axis=1)
+        state.finished_flags, state.finished_scores, -_NEG_INF), axis=1,
+        initial=-_NEG_INF)
     row_done = ops.any(state.finished_flags, axis=1) & (
         worst_finished > best_alive)
     return ops.logical_and(
