@@ -100,10 +100,48 @@ def test_the_engines_and_the_python_path_agree(engines, model_and_tokenizer):
     ct2 = engines["ctranslate2"].translate_details(texts)
     assert saved.translations == ct2.translations == python
     assert saved.truncated == ct2.truncated
-    # Scores are each engine's own (CTranslate2 scores a row to the batch's
-    # longest limit, then the translator cuts it): only their sign agrees.
-    for scores in (saved.scores, ct2.scores):
-        assert all(np.isfinite(scores)) and max(scores) <= 0.0
+    # CTranslate2's scores are its own (it scores a row to the batch's
+    # longest limit, then the translator cuts it); the SavedModel's (beam 1,
+    # alpha 0) are the summed log-probabilities of its output, rescored
+    # here by a teacher-forced forward pass and a NumPy log-softmax.
+    assert all(np.isfinite(ct2.scores))
+    want = _rescored(model, tokenizer, texts)
+    np.testing.assert_allclose(saved.scores, want, atol=1e-4)
+    assert [s == 0.0 for s in saved.scores] == [not t.strip() for t in texts]
+
+
+def _rescored(model, tokenizer, texts):
+    """Each text's greedy output scored by a full forward pass: the sum of
+    log p(token) (padding excluded from the vocabulary) up to EOS; 0.0 for
+    a text without pieces (the contract)."""
+    from tfattn.decoding.translate import decode_lengths
+    from tfattn.decoding.translate import encode_for_translation
+    from tfattn.models.transformer import BOS_ID
+    from tfattn.models.transformer import EOS_ID
+
+    max_source, _ = decode_lengths(model, EXTRA)
+    source = encode_for_translation(tokenizer, tf.constant(texts),
+                                    max_source).numpy()
+    ids = np.asarray(model.generate(source, beam_size=1, alpha=0.0,
+                                    extra_length=EXTRA)[0])
+    target_in = np.concatenate(
+        [np.full((len(texts), 1), BOS_ID, "int32"), ids[:, :-1]], axis=1)
+    logits = np.asarray(model((source, target_in)), np.float64)
+    logits[..., 0] = -np.inf
+    top = logits.max(-1, keepdims=True)
+    log_probs = logits - top - np.log(np.exp(logits - top).sum(-1,
+                                                               keepdims=True))
+    scores = []
+    for row, text in enumerate(texts):
+        total = 0.0
+        for t, token in enumerate(ids[row]):
+            if token == 0:
+                break
+            total += log_probs[row, t, token]
+            if token == EOS_ID:
+                break
+        scores.append(total if text.strip() else 0.0)
+    return scores
 
 
 @pytest.mark.parametrize(
