@@ -408,6 +408,12 @@ def test_top_k_above_the_vocabulary_is_refused(lm):
      "reference fixes.*scale_embeddings=False"),
     (dict(flavor="reference_2019", activation="gelu"),
      "reference fixes.*activation='gelu'"),
+    (dict(tie_output=1), r"`tie_output`.*bool or None.*tie_output=1"),
+    (dict(tie_output="no"), r"`tie_output`.*tie_output='no'"),
+    (dict(seed=True), r"`seed`.*None or an int.*seed=True"),
+    (dict(seed=2.5), r"`seed`.*seed=2.5"),
+    (dict(seed=float("inf")), r"`seed`.*seed=inf"),
+    (dict(seed=[1]), r"`seed`.*seed=\[1\]"),
 ])
 def test_constructor_refuses_bad_arguments(kwargs, match):
     args = dict(vocab_size=VOCAB, num_layers=1, num_units=16, num_heads=2,
@@ -461,6 +467,7 @@ def _lm_params(lm):
          scale_embeddings=False, tie_output=False,
          embeddings_initializer=keras.initializers.RandomNormal(stddev=0.5)),
 ], ids=["pre_norm", "post_norm", "gpt2_layout"])
+@pytest.mark.cpu_sensitive
 def test_forward_pass_equals_numpy_from_the_formulas(kwargs):
     from tests import reference_numpy_lm as ref
 

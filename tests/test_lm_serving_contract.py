@@ -112,6 +112,7 @@ def test_bad_prompts_are_refused_naming_the_argument(engine, prompts, match):
         engine(prompts)
 
 
+@pytest.mark.cpu_sensitive
 def test_the_engines_agree(engines, lm_and_tokenizer):
     _, tokenizer = lm_and_tokenizer
     prompts = ["one hundred", "", "seven thousand and", "   ",
@@ -260,3 +261,27 @@ def test_loading_a_directory_that_is_no_export_says_so(tmp_path):
         export.load_language_model(tmp_path)
     with pytest.raises(FileNotFoundError, match="causal_lm_to_ctranslate2"):
         export.load_ctranslate2_generator(tmp_path)
+
+
+@pytest.mark.parametrize("load, name", [
+    (export.load_language_model, "export_dir"),
+    (export.load_ctranslate2_generator, "path"),
+    (export.load_masked_lm, "export_dir"),
+    (export.load_translator, "export_dir"),
+    (export.load_ctranslate2, "path"),
+])
+@pytest.mark.parametrize("value", [None, 3, ""])
+def test_loaders_refuse_what_is_not_a_path(load, name, value):
+    with pytest.raises(ValueError, match=rf"`{name}`.*a directory path"):
+        load(value)
+
+
+def test_an_export_below_a_file_is_refused_by_name(lm_and_tokenizer,
+                                                   tmp_path):
+    lm, tokenizer = lm_and_tokenizer
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match=r"`export_dir`.*is a file"):
+        export.export_language_model(lm, tokenizer, a_file / "export",
+                                     max_new_tokens=NEW)
+    assert a_file.read_text() == "x"

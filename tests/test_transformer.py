@@ -666,6 +666,10 @@ def test_bad_inputs_container(small):
             r"`normalize_first`.*normalize_first=True",
         ),
         (dict(num_layers=0), r"`num_layers`.*num_layers=0"),
+        (dict(share_embeddings=1), r"`share_embeddings`.*bool or None"),
+        (dict(tie_output="yes"), r"`tie_output`.*tie_output='yes'"),
+        (dict(seed=1.5), r"`seed`.*None or an int.*seed=1.5"),
+        (dict(seed=True), r"`seed`.*seed=True"),
         (
             dict(source_vocab_size=0),
             r"`source_vocab_size`.*source_vocab_size=0",

@@ -199,7 +199,7 @@ class CTranslate2Translator:
         import sentencepiece as spm
 
         ctranslate2 = _require_ctranslate2()
-        path = os.fspath(path)
+        path = files.checked_path("path", path, "load_ctranslate2")
         settings_path = os.path.join(path, DECODING_FILENAME)
         if not os.path.isfile(settings_path):
             raise FileNotFoundError(

@@ -116,7 +116,8 @@ class CTranslate2Generator:
         import sentencepiece as spm
 
         ctranslate2 = ct2_export._require_ctranslate2()
-        path = os.fspath(path)
+        path = files.checked_path("path", path,
+                                  "load_ctranslate2_generator")
         settings_path = os.path.join(path, GENERATION_FILENAME)
         if not os.path.isfile(settings_path):
             raise FileNotFoundError(

@@ -283,7 +283,8 @@ class SavedModelLanguageModel:
         """Loads the SavedModel and reads its lengths."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        export_dir = os.fspath(export_dir)
+        export_dir = files.checked_path("export_dir", export_dir,
+                                        "load_language_model")
         if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
             raise FileNotFoundError(
                 f"{export_dir}: no saved_model.pb; not an export of "

@@ -252,7 +252,8 @@ class SavedModelMaskedLM:
         """Loads the SavedModel, its settings and its tokenizer."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        export_dir = os.fspath(export_dir)
+        export_dir = files.checked_path("export_dir", export_dir,
+                                        "load_masked_lm")
         for name in ("saved_model.pb", "spm.model"):
             if not os.path.isfile(os.path.join(export_dir, name)):
                 raise FileNotFoundError(

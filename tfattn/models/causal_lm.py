@@ -124,6 +124,7 @@ class CausalLM(keras.Model):
         block_args.update(initializer_arguments(
             _CONTEXT, kernel_initializer=kernel_initializer))
         validation.check_bool("scale_embeddings", scale_embeddings, _CONTEXT)
+        validation.check_seed(seed, _CONTEXT)
         if flavor != "paper" and not scale_embeddings:
             raise validation.invalid_argument(
                 "scale_embeddings", f"True in flavor '{flavor}', which the "

@@ -107,6 +107,9 @@ def _resolve(name, value, defaults, flavor, context, fixed=True):
     default = defaults[name]
     if value is None:
         return default
+    if isinstance(default, bool) and not isinstance(value, bool):
+        raise validation.invalid_argument(
+            name, "a Python bool or None (the flavour's)", value, context)
     if fixed and flavor != "paper" and value != default:
         raise validation.invalid_argument(
             name, f"{default} (or None) in flavor '{flavor}', which the "

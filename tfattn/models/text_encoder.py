@@ -1,7 +1,6 @@
 """`TextEncoder`: token ids to bidirectional contextual vectors, the body
 that `MaskedLM` pretrains and `SequenceClassifier` fine-tunes."""
 
-import numbers
 
 import keras
 import numpy as np
@@ -107,7 +106,7 @@ class TextEncoder(keras.layers.Layer):
         """Checks the arguments (messages prefixed with `context`, the
         model that owns the encoder); sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, context)
-        check_seed(seed, context)
+        validation.check_seed(seed, context)
         if positional_encoding is not None:
             validation.check_choice("positional_encoding",
                                     positional_encoding, KINDS, context)
@@ -248,22 +247,6 @@ def encoder_config(owner):
         config[name] = keras.initializers.serialize(getattr(owner, name))
     config["activation"] = serialized_activation(owner.activation)
     return config
-
-
-def check_seed(seed, context):
-    """Checks a dropout seed: None or an int (not a bool, not a float).
-
-    Args:
-        seed: any. The value to check.
-        context: str. The model that checks; prefixes the message.
-
-    Raises:
-        ValueError: naming `seed`.
-    """
-    if seed is not None and (isinstance(seed, (bool, np.bool_))
-                             or not isinstance(seed, numbers.Integral)):
-        raise validation.invalid_argument(
-            "seed", "None or an int", seed, context)
 
 
 def check_call_flags(training, return_attention_scores, context):

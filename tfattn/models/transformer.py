@@ -113,6 +113,7 @@ class Transformer(keras.Model):
                 num_heads, ffn_units, dropout_rate, attention_dropout_rate,
                 flavor, normalize_first, max_length, positional_encoding,
                 share_embeddings, tie_output, embeddings_initializer))
+        validation.check_seed(seed, _CONTEXT)
         super().__init__(**kwargs)
         self.source_vocab_size = source_vocab_size
         self.target_vocab_size = target_vocab_size

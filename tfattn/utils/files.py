@@ -19,6 +19,7 @@ import tensorflow as tf
 from tfattn.utils.validation import invalid_argument
 
 __all__ = [
+    "checked_path",
     "write_files_atomically",
     "write_text_atomically",
     "local_directory",
@@ -92,7 +93,35 @@ def local_directory(name, path, context):
             path,
             context,
         )
-    return os.path.abspath(path)
+    path = os.path.abspath(path)
+    ancestor = os.path.dirname(path)
+    while ancestor and not os.path.lexists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if ancestor and not os.path.isdir(ancestor):
+        raise invalid_argument(
+            name, f"a path below a directory ({ancestor} is a file)", path,
+            context)
+    return path
+
+
+def checked_path(name, path, context):
+    """`path` as a str, or a ValueError naming the argument.
+
+    Args:
+        name: str. The argument's name, for the error message.
+        path: what the caller passed: a non-empty str or path-like.
+        context: str or None. Who checks (prefixes the error message).
+
+    Returns:
+        str.
+
+    Raises:
+        ValueError: `path` is not a non-empty str or path-like.
+    """
+    path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    if not isinstance(path, str) or not path:
+        raise invalid_argument(name, "a directory path", path, context)
+    return path
 
 
 def refuse_existing(path, overwrite):

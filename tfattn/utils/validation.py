@@ -15,6 +15,7 @@ __all__ = [
     "check_non_negative_float",
     "check_rate",
     "check_bool",
+    "check_seed",
     "check_choice",
     "shape_of",
     "check_rank",
@@ -153,6 +154,27 @@ def check_bool(name, value, context=None):
     if not isinstance(value, bool):
         raise invalid_argument(name, "a Python bool", value, context)
     return value
+
+
+def check_seed(seed, context=None):
+    """Checks a layer's or model's seed: None or an int (not a bool, not a
+    float).
+
+    Args:
+        seed: any. The value to check.
+        context: str or None. Who checks; prefixes the message.
+
+    Returns:
+        The seed.
+
+    Raises:
+        ValueError: naming `seed`.
+    """
+    if seed is not None and (
+            isinstance(seed, bool) or type(seed).__name__ == "bool_"
+            or not isinstance(seed, numbers.Integral)):
+        raise invalid_argument("seed", "None or an int", seed, context)
+    return seed
 
 
 def check_choice(name, value, choices, context=None):
