@@ -26,6 +26,7 @@ __all__ = [
     "decode_lengths",
     "encode_for_translation",
     "model_proto_of",
+    "empty_source_rows",
     "generate_fn",
     "translate_texts",
     "sample_translations",
@@ -248,9 +249,6 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
             )
     if not texts:
         return []
-    # Imported here: tfattn.export's modules import this one.
-    from tfattn.export.contract import empty_source_rows
-
     max_source_length, max_length = decode_lengths(
         model, extra_length, max_source_length
     )
@@ -304,3 +302,20 @@ def sample_translations(model, tokenizer, decoding, spec, split="validation",
     rows = [(s, r, h) for (s, r), h in zip(pairs, hypotheses)]
     exact = float(np.mean([r == h for _, r, h in rows])) if rows else 0.0
     return exact, rows
+
+
+def empty_source_rows(source_ids):
+    """The rows of encoded sources that hold EOS alone (their text had no
+    piece).
+
+    Args:
+        source_ids: int `[B, S]` tensor. Encoded sources, padded with
+            `PAD_ID`.
+
+    Returns:
+        A bool `[B]` tensor, True where a row has at most one id other
+        than padding.
+    """
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID),
+                                    tf.int32), axis=1)
+    return tf.less_equal(lengths, 1)

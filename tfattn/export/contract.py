@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfattn.data.tokenizer import PAD_ID
+from tfattn.decoding.translate import empty_source_rows
 from tfattn.utils.texts import checked_texts
 
 __all__ = ["Translations", "checked_texts", "empty_source_rows",
@@ -45,23 +45,6 @@ class Translations(NamedTuple):
     translations: list
     scores: list
     truncated: list
-
-
-def empty_source_rows(source_ids):
-    """The rows of encoded sources that hold EOS alone (their text had no
-    piece).
-
-    Args:
-        source_ids: int `[B, S]` tensor. Encoded sources, padded with
-            `PAD_ID`.
-
-    Returns:
-        A bool `[B]` tensor, True where a row has at most one id other
-        than padding.
-    """
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID),
-                                    tf.int32), axis=1)
-    return tf.less_equal(lengths, 1)
 
 
 def utf8_checked(sentences, name="sentences"):
