@@ -38,6 +38,7 @@ import tensorflow as tf  # noqa: E402
 import tfattn  # noqa: E402
 from _timing import best_times  # noqa: E402
 from tfattn import decoding  # noqa: E402
+from tfattn.decoding import beam as beam_module  # noqa: E402
 
 
 def search_function(model, source, steps, vocab, beam, alpha=0.6, xla=True):
@@ -152,13 +153,13 @@ def main():
         ),
         f"beam {beam}": search_function(model, source, args.steps, vocab, beam),
     }
-    reorder = decoding._reorder_cache
-    decoding._reorder_cache = lambda cache, new_cache, parents: new_cache
+    reorder = beam_module._reorder_cache
+    beam_module._reorder_cache = lambda cache, new_cache, parents: new_cache
     try:
         skipped = search_function(model, source, args.steps, vocab, beam)
         skipped()  # traced (and compiled) without the reorder
     finally:
-        decoding._reorder_cache = reorder
+        beam_module._reorder_cache = reorder
     functions[f"beam {beam}, no cache reorder"] = skipped
     functions["log_softmax + top_k"] = scoring_function(
         batch, beam, vocab, args.steps

@@ -34,6 +34,7 @@ from tests.harness import dense_params
 from tests.harness import norm_params
 from tfattn.decoding import beam_search
 from tfattn.decoding import greedy_search
+from tfattn.decoding import samplers
 from tfattn.models.transformer import BOS_ID
 from tfattn.models.transformer import EOS_ID
 from tfattn.models.transformer import PAD_ID
@@ -351,7 +352,7 @@ def naive_greedy(model, source, steps):
 
 def test_cached_greedy_equals_uncached_argmax(decoder_model):
     model = decoder_model
-    ids, scores = model.generate(SOURCE, beam_size=1)
+    ids, scores = model.generate(SOURCE, sampler="greedy")
     want_ids, want_scores = naive_greedy(model, SOURCE, L)
     # Not a degenerate case: several tokens, and each row ends with EOS.
     assert len(set(want_ids[want_ids > 0])) > 1
@@ -362,7 +363,8 @@ def test_cached_greedy_equals_uncached_argmax(decoder_model):
 
 def test_beam_scores_are_their_full_forward_scores(decoder_model):
     model = decoder_model
-    ids, scores = model.generate(SOURCE, beam_size=3, alpha=0.6)
+    ids, scores = model.generate(SOURCE,
+                                 sampler=samplers.BeamSampler(3, 0.6))
     ids = _np(ids)
     # The full forward pass on [BOS] + ids; positions after the end are
     # padding, which causal attention keeps from earlier positions.
@@ -381,8 +383,10 @@ def test_beam_scores_are_their_full_forward_scores(decoder_model):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_generate_compiles_whole(decoder_model, beam_size):
     model = decoder_model
-    want_ids, want_scores = model.generate(SOURCE, beam_size=beam_size)
-    ids, scores = _jit(lambda s: model.generate(s, beam_size=beam_size))(
+    sampler = samplers.for_beam_size(beam_size)
+    want_ids, want_scores = model.generate(SOURCE, sampler=sampler)
+    width = want_ids.shape[1]
+    ids, scores = _jit(lambda s: model.search(s, width, sampler))(
         ops.convert_to_tensor(SOURCE))
     np.testing.assert_array_equal(_np(ids), _np(want_ids))
     np.testing.assert_allclose(_np(scores), _np(want_scores), atol=1e-5)

@@ -13,6 +13,7 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 import tfattn
 from tfattn.decoding import evaluation
+from tfattn.decoding import samplers
 from tfattn.decoding import translate
 from tfattn.data import load_tokenized_references
 from tfattn.data import numbers_splits
@@ -244,7 +245,8 @@ def test_translate_texts_partial_last_batch(tiny):
     assert all(isinstance(t, str) for t in batched)
     assert batched == full
     # One trace serves every batch shape of these calls.
-    fn = translate.generate_fn(model, 2, 0.6, EXTRA, 32, False)
+    fn = translate.generate_fn(model, samplers.BeamSampler(2, 0.6), EXTRA,
+                               32, False)
     assert fn.experimental_get_tracing_count() == 1
     assert translate.translate_texts(model, tokenizer, []) == []
 
@@ -366,3 +368,27 @@ def test_translate_texts_survives_reseeding(tiny):
         model, stale, ["12"], beam_size=1, extra_length=EXTRA
     )
     assert after == before
+
+
+@pytest.mark.slow
+def test_translate_texts_takes_any_sampler(tiny):
+    model, tokenizer, pairs = tiny
+    texts = [s for s, _ in pairs]
+    hot = samplers.RandomSampler(temperature=50.0)
+
+    def sampled(seed):
+        return translate.translate_texts(model, tokenizer, texts,
+                                         extra_length=EXTRA, sampler=hot,
+                                         seed=seed)
+
+    assert sampled(1) == sampled(1)
+    assert sampled(1) != sampled(2)
+    # The default stays the hparams' beam search: beam_size and alpha.
+    beam = translate.translate_texts(model, tokenizer, texts, beam_size=2,
+                                     extra_length=EXTRA)
+    assert beam == translate.translate_texts(
+        model, tokenizer, texts, extra_length=EXTRA,
+        sampler=samplers.BeamSampler(2, 0.6))
+    with pytest.raises(ValueError, match=r"`seed`"):
+        translate.translate_texts(model, tokenizer, texts, sampler=hot,
+                                  seed=2 ** 64)

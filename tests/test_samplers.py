@@ -298,12 +298,111 @@ def test_sampler_settings_are_refused_by_name(make, match):
         make()
 
 
-def test_the_base_sampler_cannot_be_made():
+def test_beam_sampler_owns_a_search_not_a_per_token_choice():
+    from tfattn.decoding import sample_search
+
+    beam = samplers.BeamSampler()
+    assert not isinstance(beam, samplers.TokenSampler)
+    assert not hasattr(beam, "choose")
+    with pytest.raises(ValueError, match=r"`sampler`.*per-token sampler"):
+        sample_search(lambda ids, i, c: (None, c), np.zeros(1, "int32"),
+                      None, 3, 3, sampler=beam)
+
+
+@pytest.mark.parametrize("make", [samplers.Sampler, samplers.TokenSampler])
+def test_the_abstract_samplers_cannot_be_made(make):
     with pytest.raises(TypeError, match="abstract"):
-        samplers.Sampler()
+        make()
 
 
-def test_beam_sampler_is_not_a_per_token_choice(lm):
-    with pytest.raises(TypeError, match="beam_search"):
-        samplers.BeamSampler().choose(model_log_probs(np.zeros((1, 4))),
-                                      None)
+# --------------------------------------------------------------------------
+# Translation speaks the same dialect: every sampler through
+# Transformer.generate.
+
+@pytest.fixture(scope="module")
+def translator():
+    import tfattn
+
+    keras.utils.set_random_seed(1)
+    model = tfattn.Transformer(VOCAB, num_layers=1, num_units=16,
+                               num_heads=2, ffn_units=32, max_length=32,
+                               dropout_rate=0.0)
+    model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
+    return model
+
+
+SOURCES = np.array([[5, 6, 7, 3, 0, 0], [4, 9, 10, 11, 8, 3]], "int32")
+
+
+@pytest.mark.parametrize("name", ["greedy", "random", "top_k", "top_p",
+                                  "beam"])
+def test_translation_takes_every_sampler(translator, name):
+    ids, scores = translator.generate(SOURCES, sampler=name, seed=3,
+                                      extra_length=6)
+    assert ids.shape == (2, 12) and ids.dtype == np.int32
+    assert scores.shape == (2,) and np.all(np.isfinite(scores))
+    again, _ = translator.generate(SOURCES, sampler=name, seed=3,
+                                   extra_length=6)
+    np.testing.assert_array_equal(ids, again)
+
+
+def test_translation_defaults_to_the_papers_beam_search(translator):
+    default = translator.generate(SOURCES, extra_length=6)
+    explicit = translator.generate(
+        SOURCES, sampler=samplers.BeamSampler(4, 0.6), extra_length=6)
+    np.testing.assert_array_equal(default[0], explicit[0])
+    np.testing.assert_array_equal(default[1], explicit[1])
+
+
+def test_translation_samples_differ_by_seed_and_never_pad(translator):
+    hot = samplers.RandomSampler(1e10)
+    rows = np.repeat(SOURCES, 8, axis=0)
+    first, scores = translator.generate(rows, sampler=hot, seed=1,
+                                        stop_token_ids=None, extra_length=6)
+    second, _ = translator.generate(rows, sampler=hot, seed=2,
+                                    stop_token_ids=None, extra_length=6)
+    assert not np.array_equal(first, second)
+    # No stop token: every row runs to its own limit (source + 6) with no
+    # padding before it.
+    lengths = (rows > 0).sum(1) + 6
+    for row, length in zip(first, lengths):
+        assert (row[:length] > 0).all() and not row[length:].any()
+    assert np.all(scores > -1e6)
+
+
+def test_translation_at_tiny_temperature_is_greedy(translator):
+    greedy, _ = translator.generate(SOURCES, sampler="greedy",
+                                    extra_length=6)
+    cold, _ = translator.generate(
+        SOURCES, sampler=samplers.TopPSampler(0.9, temperature=1e-45),
+        seed=9, extra_length=6)
+    np.testing.assert_array_equal(cold, greedy)
+
+
+def test_translation_reuses_its_compiled_search(translator):
+    translator.generate(SOURCES[:, :5], sampler="greedy", extra_length=4)
+    traces = translator.generate_traces
+    # Another source width in the same bucket, the same settings.
+    translator.generate(SOURCES[:, :4], sampler="greedy", extra_length=4,
+                        max_new_tokens=9)
+    translator.generate(SOURCES[:, :5], sampler="greedy", extra_length=4,
+                        max_new_tokens=9)
+    assert translator.generate_traces == traces
+    # Another sampler is another search.
+    translator.generate(SOURCES[:, :5], sampler="top_k", extra_length=4)
+    assert translator.generate_traces == traces + 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(sampler="nope"), r"`sampler`"),
+    (dict(seed=2 ** 63), r"`seed`"),
+    (dict(stop_token_ids=0), r"`stop_token_ids`"),
+    (dict(jit_compile=1), r"`jit_compile`"),
+    (dict(extra_length=-1), r"`extra_length`.*extra_length=-1"),
+    (dict(extra_length=1.5), r"`extra_length`"),
+    (dict(max_new_tokens=0), r"`max_new_tokens`"),
+    (dict(max_new_tokens=33), r"`max_new_tokens`.*max_length>=33"),
+])
+def test_translation_refuses_bad_settings_by_name(translator, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        translator.generate(SOURCES, **kwargs)

@@ -122,8 +122,7 @@ def _rescored(model, tokenizer, texts):
     max_source, _ = decode_lengths(model, EXTRA)
     source = encode_for_translation(tokenizer, tf.constant(texts),
                                     max_source).numpy()
-    ids = np.asarray(model.generate(source, beam_size=1, alpha=0.0,
-                                    extra_length=EXTRA)[0])
+    ids = model.generate(source, sampler="greedy", extra_length=EXTRA)[0]
     target_in = np.concatenate(
         [np.full((len(texts), 1), BOS_ID, "int32"), ids[:, :-1]], axis=1)
     logits = np.asarray(model((source, target_in)), np.float64)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import tfattn
 from tests import reference_numpy as ref
+from tfattn.decoding import samplers
 from tfattn.models.transformer import BOS_ID
 from tfattn.models.transformer import EOS_ID
 from tests.harness import SETUPS
@@ -395,7 +396,7 @@ def test_beam_size_1_equals_greedy(flavor):
     model = _model(flavor, num_layers=1)
     steps = 6
     greedy_ids, greedy_scores = model.generate(
-        SOURCE, beam_size=1, max_length=steps
+        SOURCE, sampler="greedy", max_new_tokens=steps
     )
     np.testing.assert_array_equal(
         greedy_ids, _naive_greedy(model, SOURCE, steps)
@@ -490,14 +491,13 @@ def test_generate_compiles_once_per_shape_under_jit():
     # One XLA compilation (several seconds on CPU): beam search, the larger
     # graph; greedy decoding runs the same kind of loop.
     model = _model("reference_2019", num_layers=1)
-    fn = tf.function(
-        lambda s: model.generate(s, beam_size=2, max_length=5), jit_compile=True
-    )
+    beam = samplers.BeamSampler(2, 0.6)
+    fn = tf.function(lambda s: model.search(s, 5, beam), jit_compile=True)
     other = np.array([[5, 4, 3, 2, 1], [9, 9, 0, 0, 0]], "int32")
     for source in (SOURCE, other):
         ids, scores = fn(tf.constant(source))
         want_ids, want_scores = model.generate(
-            source, beam_size=2, max_length=5
+            source, sampler=beam, max_new_tokens=5
         )
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_allclose(scores, want_scores, atol=1e-4)
@@ -554,9 +554,10 @@ def test_sequences_longer_than_the_positional_table(small):
     ):
         small((too_long, TARGET_IN))
     with pytest.raises(
-        ValueError, match=r"`max_length`.*max_length>=9.*max_length=9"
+        ValueError,
+        match=r"`max_new_tokens`.*max_length>=9.*max_new_tokens=9",
     ):
-        small.generate(SOURCE, max_length=L + 1)
+        small.generate(SOURCE, max_new_tokens=L + 1)
 
 
 @pytest.mark.parametrize(
@@ -564,8 +565,8 @@ def test_sequences_longer_than_the_positional_table(small):
 )
 def test_decode_step_passes_the_encoder_cache_through(flavor):
     """The projected encoder keys/values come back as the same tensors (so
-    beam search never reorders them; `decoding._reorder_cache`), eagerly and
-    in a graph; the self-attention buffers are new tensors."""
+    beam search never reorders them; `decoding.beam._reorder_cache`),
+    eagerly and in a graph; the self-attention buffers are new tensors."""
     model = _model(flavor, randomize=False, num_layers=2)
 
     def flags():
@@ -617,8 +618,9 @@ def test_cache_from_another_model_size(small):
 @pytest.mark.parametrize("max_length", [0, -3])
 def test_max_length_below_one(small, max_length):
     pattern = rf"`max_length`.*positive integer.*max_length={max_length}"
-    with pytest.raises(ValueError, match=pattern):
-        small.generate(SOURCE, max_length=max_length)
+    with pytest.raises(ValueError, match=(
+            rf"`max_new_tokens`.*max_new_tokens={max_length}")):
+        small.generate(SOURCE, max_new_tokens=max_length)
     memory, keep = small.encode(SOURCE)
     with pytest.raises(ValueError, match=pattern):
         small.init_decode_cache(memory, keep, max_length)
@@ -631,7 +633,7 @@ def test_beam_size_below_one(small, beam_size):
     with pytest.raises(
         ValueError, match=rf"`beam_size`.*beam_size={beam_size}"
     ):
-        small.generate(SOURCE, beam_size=beam_size)
+        small.generate(SOURCE, sampler=samplers.BeamSampler(beam_size))
 
 
 def test_bad_inputs_container(small):
@@ -804,7 +806,7 @@ def test_ids_out_of_the_vocabulary_are_refused_at_the_door(
         graph(tf.constant(source), tf.constant(target))
     if name == "source":
         with pytest.raises(ValueError, match=pattern):
-            small.generate(tf.constant(bad), beam_size=1)
+            small.generate(tf.constant(bad), sampler="greedy")
 
 
 def test_generate_builds_a_model_never_called():
@@ -813,7 +815,8 @@ def test_generate_builds_a_model_never_called():
     )
     assert not model.built
     ids, scores = model.generate(
-        tf.constant(SOURCE[:, :3]), beam_size=2, max_length=4
+        tf.constant(SOURCE[:, :3]), sampler=samplers.BeamSampler(2),
+        max_new_tokens=4
     )
     assert model.built and ids.shape == (2, 4) and scores.shape == (2,)
 
@@ -822,9 +825,10 @@ def test_generate_builds_a_model_never_called():
 def test_generate_answers_a_batch_of_zero(small, beam_size):
     # Beam search used to reduce over an empty tensor ("Cannot compute the
     # min of an empty tensor"); the exports answer batch 0 with nothing.
+    sampler = samplers.for_beam_size(beam_size)
     ids, scores = small.generate(np.zeros((0, 5), "int32"),
-                                 beam_size=beam_size, extra_length=2)
+                                 sampler=sampler, extra_length=2)
     assert _np(ids).shape == (0, 7) and _np(scores).shape == (0,)
     # And a batch of rows is unchanged by the fix.
-    ids, _ = small.generate(SOURCE, beam_size=beam_size, extra_length=2)
+    ids, _ = small.generate(SOURCE, sampler=sampler, extra_length=2)
     assert _np(ids).shape == (SOURCE.shape[0], 7)

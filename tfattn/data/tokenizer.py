@@ -30,6 +30,11 @@ from tfattn.utils.validation import check_choice
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import check_rate
 from tfattn.utils.validation import invalid_argument
+from tfattn.utils.ids import BOS_ID  # noqa: F401 (handed on)
+from tfattn.utils.ids import EOS_ID  # noqa: F401
+from tfattn.utils.ids import MASK_ID  # noqa: F401
+from tfattn.utils.ids import PAD_ID  # noqa: F401
+from tfattn.utils.ids import UNK_ID  # noqa: F401
 
 __all__ = [
     "BOS_ID",
@@ -48,14 +53,9 @@ __all__ = [
     "train_tokenizer",
 ]
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
 # A masked language model's blank: a user-defined piece, so "[MASK]" in a
-# text is always this one id (`train_tokenizer(..., mask_piece=True)`).
+# text is always the one id MASK_ID (`train_tokenizer(..., mask_piece=True)`).
 MASK_PIECE = "[MASK]"
-MASK_ID = 4
 MODEL_FILENAME = "spm.model"
 VOCAB_FILENAME = "spm.vocab"
 MODEL_TYPES = ("unigram", "bpe", "char", "word")

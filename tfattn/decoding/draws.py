@@ -6,6 +6,11 @@ words (high, low: its 64 bits, two's complement), the same words from a
 Python int (`CausalLM.generate`) and from an int64 tensor (the
 language-model export's `seed` input), so both give the same draws. The
 draw for generated token i uses `step_seed(words, i)`.
+
+The arithmetic of the samplers' distributions lives here too: the
+temperature applied without overflow (`inverse_temperature`, `tempered`),
+masked tokens kept out (`MASKED_THRESHOLD`), and the nucleus of top-p
+(`nucleus`, `top_p_choice`); `tfattn.decoding.samplers` says why.
 """
 
 import numbers
@@ -14,11 +19,23 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfattn.decoding._loop import _batch_gather
 from tfattn.utils.validation import invalid_argument
 
-__all__ = ["seed_words", "step_seed", "draw"]
+__all__ = ["seed_words", "step_seed", "draw", "inverse_temperature",
+           "tempered", "top_p_choice", "nucleus", "MASKED_LOGIT",
+           "MASKED_THRESHOLD"]
 
 _SEED_RANGE = (-2 ** 63, 2 ** 63)
+_BISECTIONS = 24
+MASKED_LOGIT = -1e9
+MASKED_THRESHOLD = -1e8
+# 1 / T is capped here (float32's largest is 3.4e38), and scaled
+# log-probabilities floored: exp(-1e30) is 0, and no NaN can arise.
+_MAX_INVERSE_TEMPERATURE = 1e30
+_FLOOR = -1e30
+# Below the floor: masked tokens rank under every unmasked one in top-k.
+_MASKED_SCALED = -1e38
 
 
 def seed_words(seed, context, name="seed"):
@@ -120,3 +137,92 @@ def draw(logits, seed):
     raise NotImplementedError(
         f"Drawing tokens runs under the TensorFlow and JAX backends; this "
         f"is {backend!r}: use sampler='greedy' or 'beam'.")
+
+
+def inverse_temperature(temperature):
+    """1 / T, capped at 1e30 (a float32 holds no larger).
+
+    Args:
+        temperature: a Python float > 0, or a float32 scalar tensor > 0
+            (a signature's input; a float32 subnormal may be flushed to 0,
+            which the cap turns into 1e30 too).
+
+    Returns:
+        The same kind: a Python float or a float32 scalar tensor.
+    """
+    if isinstance(temperature, numbers.Real):
+        return min(1.0 / temperature, _MAX_INVERSE_TEMPERATURE)
+    return ops.minimum(1.0 / ops.cast(temperature, "float32"),
+                       _MAX_INVERSE_TEMPERATURE)
+
+
+def tempered(log_probs, inverse):
+    """Logits to draw from at temperature 1 / `inverse`, masked tokens
+    kept out (module docstring).
+
+    Args:
+        log_probs: float32 [B, V].
+        inverse: float or float32 scalar tensor in [0, 1e30]. 1 / T.
+
+    Returns:
+        float32 [B, V]: (log_probs - the row's best unmasked) * inverse,
+        floored at -1e30; -1e38 at masked tokens.
+    """
+    log_probs = ops.cast(log_probs, "float32")
+    unmasked = log_probs > MASKED_THRESHOLD
+    best = ops.max(ops.where(unmasked, log_probs, MASKED_THRESHOLD),
+                   axis=-1, keepdims=True)
+    scaled = ops.maximum((log_probs - best) * inverse, _FLOOR)
+    return ops.where(unmasked, scaled, _MASKED_SCALED)
+
+
+def top_p_choice(log_probs, seed, p, inverse, k=None):
+    """`TopPSampler`'s draw, its settings Python numbers or scalar tensors
+    (the language-model export's `sample` signature feeds tensors).
+
+    Args:
+        log_probs: float32 [B, V].
+        seed: int32 tensor [2]. The step's seed.
+        p: float or float32 scalar tensor in (0, 1].
+        inverse: float or float32 scalar tensor. 1 / T
+            (`inverse_temperature`).
+        k: int or None. Keep the k most likely tokens first.
+
+    Returns:
+        int32 [B].
+    """
+    indices = None
+    if k is not None:  # Before the temperature, as `TopKSampler`.
+        log_probs, indices = ops.top_k(log_probs, k)
+    scaled = tempered(log_probs, inverse)
+    keep = nucleus(ops.softmax(scaled, axis=-1), p)
+    choice = draw(ops.where(keep, scaled, _MASKED_SCALED), seed)
+    if indices is None:
+        return choice
+    return _batch_gather(indices, choice[:, None])[:, 0]
+
+
+def nucleus(probs, p):
+    """The nucleus of each row: bool [B, V], True for the tokens whose
+    probability is at least the largest threshold keeping a mass >= p.
+
+    Args:
+        probs: float32 [B, V]. Probabilities (rows sum to 1).
+        p: float or float32 scalar tensor in (0, 1].
+
+    Returns:
+        bool [B, V]. Always True at each row's most likely token.
+    """
+    high = ops.max(probs, axis=-1, keepdims=True)
+    low = ops.zeros_like(high)
+
+    def halve(_, bounds):
+        low, high = bounds
+        middle = (low + high) * 0.5
+        mass = ops.sum(ops.where(probs >= middle, probs, 0.0), axis=-1,
+                       keepdims=True)
+        enough = mass >= p
+        return ops.where(enough, middle, low), ops.where(enough, high, middle)
+
+    low, _ = ops.fori_loop(0, _BISECTIONS, halve, (low, high))
+    return probs >= low

@@ -1,8 +1,11 @@
-"""Samplers: how `sample_search` and `CausalLM.generate` choose each token.
+"""Samplers: the search strategies of `generate` for every model.
 
-A sampler maps the log-probabilities of the next token, float32 [B, V], and
-a step seed (an int32 tensor [2]) to one token per row, int32 [B]. Shapes:
-B = rows, V = vocabulary, k = candidates kept.
+Each sampler owns its search (`Sampler.search`): the per-token samplers
+(`TokenSampler`) pick one token per row and step in one while-loop, and
+`BeamSampler` runs beam search. A per-token sampler maps the
+log-probabilities of the next token, float32 [B, V], and a step seed (an
+int32 tensor [2]) to one token per row, int32 [B]. Shapes: B = rows, V =
+vocabulary, k = candidates kept.
 
 - `GreedySampler`: the most likely token (ties: the lowest id).
 - `RandomSampler(temperature)`: a draw from softmax(log_probs / T).
@@ -12,8 +15,7 @@ B = rows, V = vocabulary, k = candidates kept.
   nucleus is found by bisecting on its probability threshold, 24 halvings
   of [0, top probability], so the vocabulary is never sorted (keras-hub
   #963); `k` optionally restricts it to the k most likely tokens first.
-- `BeamSampler(beam_size, alpha)`: not a per-token choice: `generate`
-  hands it to `beam_search`.
+- `BeamSampler(beam_size, alpha)`: K beams per row (`beam_search`).
 
 Masked tokens. A token whose log-probability is at or below
 `MASKED_THRESHOLD` (-1e8) is masked: the models give padding the logit
@@ -46,58 +48,68 @@ from keras import ops
 
 from tfattn.decoding._loop import _argmax
 from tfattn.decoding._loop import _batch_gather
+from tfattn.decoding._loop import _call_step_fn
+from tfattn.decoding._loop import _dim
+from tfattn.decoding._loop import _is_stop
+from tfattn.decoding._loop import _keep_shapes
+from tfattn.decoding._loop import _row_limits
+from tfattn.decoding._loop import _validate
+from tfattn.decoding.beam import beam_search
+from tfattn.decoding.draws import MASKED_LOGIT
+from tfattn.decoding.draws import MASKED_THRESHOLD
 from tfattn.decoding.draws import draw
+from tfattn.decoding.draws import inverse_temperature
+from tfattn.decoding.draws import nucleus
 from tfattn.decoding.draws import seed_words
 from tfattn.decoding.draws import step_seed
+from tfattn.decoding.draws import tempered
+from tfattn.decoding.draws import top_p_choice
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
 
 __all__ = [
-    "Sampler", "GreedySampler", "RandomSampler", "TopKSampler",
-    "TopPSampler", "BeamSampler", "get", "nucleus", "draw", "tempered",
-    "top_p_choice", "inverse_temperature", "seed_words", "step_seed",
-    "MASKED_LOGIT", "MASKED_THRESHOLD",
+    "Sampler", "TokenSampler", "GreedySampler", "RandomSampler",
+    "TopKSampler", "TopPSampler", "BeamSampler", "for_beam_size", "get",
+    "nucleus", "draw", "tempered", "top_p_choice", "inverse_temperature",
+    "seed_words", "step_seed", "MASKED_LOGIT", "MASKED_THRESHOLD",
 ]
 
 _CONTEXT = "sampler"
-_BISECTIONS = 24
-MASKED_LOGIT = -1e9
-MASKED_THRESHOLD = -1e8
-# 1 / T is capped here (float32's largest is 3.4e38), and scaled
-# log-probabilities floored: exp(-1e30) is 0, and no NaN can arise.
-_MAX_INVERSE_TEMPERATURE = 1e30
-_FLOOR = -1e30
-# Below the floor: masked tokens rank under every unmasked one in top-k.
-_MASKED_SCALED = -1e38
 
 
 class Sampler(abc.ABC):
-    """Base class: `choose(log_probs, seed)` picks one token per row.
+    """Base class: a search strategy. `search` runs a whole decode; the
+    per-token samplers (`TokenSampler`) choose one token per row and step,
+    `BeamSampler` keeps K beams per row.
 
-    Subclasses implement `_choose` (and `get_config` for their arguments).
-    `draws` says whether the sampler uses its seed.
+    `draws` says whether the sampler uses its seed. Subclasses override
+    `get_config` for their arguments.
     """
 
     draws = False
 
-    def choose(self, log_probs, seed):
-        """Picks the next token of every row.
+    @abc.abstractmethod
+    def search(self, step_fn, initial_ids, initial_cache, max_length,
+               stop_ids, seed=0, max_lengths=None):
+        """Decodes every row with this strategy, in one
+        `keras.ops.while_loop` (see `tfattn.decoding` for `step_fn` and
+        the output conventions).
 
         Args:
-            log_probs: float32 [B, V]. Log-probabilities (or logits: any
-                per-row constant shift gives the same choice); entries at
-                or below `MASKED_THRESHOLD` are never chosen.
-            seed: int32 tensor [2]. The step's seed (`step_seed`).
+            step_fn: callable `(ids [b] int32, position, cache) ->
+                (logits [b, V], new_cache)`.
+            initial_ids: int tensor [B]. The token each row starts from.
+            initial_cache: nested tensors with leading axis B, or None.
+            max_length: Python int L. Tokens the output holds.
+            stop_ids: int or tuple of ints. Tokens that end a row.
+            seed: int in [-2**63, 2**63), a scalar int tensor or int32
+                words [2] (`seed_words`). The draws' seed.
+            max_lengths: int tensor [B] or None. Per-row limits.
 
         Returns:
-            int32 [B]. The chosen tokens.
+            `(ids int32 [B, L], scores float32 [B])`.
         """
-        return self._choose(log_probs, seed)
-
-    @abc.abstractmethod
-    def _choose(self, log_probs, seed):
-        """The subclass's choice (see `choose`)."""
 
     def get_config(self):
         """The constructor's arguments, by name.
@@ -120,7 +132,79 @@ class Sampler(abc.ABC):
                      tuple(sorted(self.get_config().items()))))
 
 
-class GreedySampler(Sampler):
+class TokenSampler(Sampler):
+    """A sampler that picks one token per row at each step: `choose`.
+
+    Its `search` is the greedy and sampling loop: at position i every
+    unfinished row emits `choose` of its next-token log-probabilities (the
+    draw seeded by `step_seed(words, i)`); a row finishes when it emits a
+    stop token or reaches its limit, then emits 0 and adds nothing to its
+    score; the loop stops once every row has finished. Scores are the sum
+    of the model's log-probabilities of the emitted tokens (before any
+    temperature). Subclasses implement `_choose`.
+    """
+
+    def choose(self, log_probs, seed):
+        """Picks the next token of every row.
+
+        Args:
+            log_probs: float32 [B, V]. Log-probabilities (or logits: any
+                per-row constant shift gives the same choice); entries at
+                or below `MASKED_THRESHOLD` are never chosen.
+            seed: int32 tensor [2]. The step's seed (`step_seed`).
+
+        Returns:
+            int32 [B]. The chosen tokens.
+        """
+        return self._choose(log_probs, seed)
+
+    @abc.abstractmethod
+    def _choose(self, log_probs, seed):
+        """The subclass's choice (see `choose`)."""
+
+    def search(self, step_fn, initial_ids, initial_cache, max_length,
+               stop_ids, seed=0, max_lengths=None):
+        initial_ids, cache, max_length, stop_ids, max_lengths = _validate(
+            "sample_search", step_fn, initial_ids, initial_cache, max_length,
+            stop_ids, max_lengths)
+        words = ops.convert_to_tensor(seed_words(seed, "sample_search"),
+                                      "int32")
+        batch_size = _dim(initial_ids, 0)
+        limits = _row_limits(max_lengths, batch_size, max_length)
+        positions = ops.arange(max_length, dtype="int32")
+
+        def cond(i, ids, cache, seq, scores, finished):
+            return ops.logical_and(i < max_length,
+                                   ops.logical_not(ops.all(finished)))
+
+        def body(i, ids, cache, seq, scores, finished):
+            logits, new_cache = _call_step_fn(step_fn, ids, i, cache)
+            log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+            step = step_seed(words, i) if self.draws else words
+            tokens = self.choose(log_probs, step)
+            token_log_probs = _batch_gather(log_probs, tokens[:, None])
+            tokens = ops.where(finished, 0, tokens)
+            scores = scores + ops.where(finished, 0.0,
+                                        token_log_probs[:, 0])
+            # One-hot write at column i: no position-dependent slice.
+            seq = ops.where(ops.equal(positions[None, :], i),
+                            tokens[:, None], seq)
+            # Finished rows keep being fed their last token (ignored).
+            ids = ops.where(finished, ids, tokens)
+            finished = (finished | _is_stop(tokens, stop_ids)
+                        | (i + 1 >= limits))
+            return i + 1, ids, new_cache, seq, scores, finished
+
+        loop_vars = (ops.convert_to_tensor(0, "int32"), initial_ids, cache,
+                     ops.zeros((batch_size, max_length), "int32"),
+                     ops.zeros((batch_size,), "float32"),
+                     ops.zeros((batch_size,), "bool"))
+        _, _, _, seq, scores, _ = ops.while_loop(cond, _keep_shapes(body),
+                                                 loop_vars)
+        return seq, scores
+
+
+class GreedySampler(TokenSampler):
     """The most likely token; ties go to the lowest id."""
 
     def _choose(self, log_probs, seed):
@@ -136,7 +220,7 @@ def _checked_temperature(temperature):
     return float(temperature)
 
 
-class RandomSampler(Sampler):
+class RandomSampler(TokenSampler):
     """A draw from softmax(log_probs / temperature).
 
     Args:
@@ -227,13 +311,14 @@ class TopPSampler(RandomSampler):
 
 
 class BeamSampler(Sampler):
-    """Beam search (`tfattn.decoding.beam_search`) instead of a per-token
-    choice; the best beam of each row is returned.
+    """Beam search (`tfattn.decoding.beam_search`): K beams per row, the
+    best finished beam of each row returned with its length-penalised
+    score.
 
     Args:
-        beam_size: int >= 1. Beams per row. Defaults to `4`.
-        alpha: float >= 0. The GNMT length-penalty exponent. Defaults to
-            `0.6`.
+        beam_size: int >= 1. Beams per row. Defaults to `4` (the paper).
+        alpha: finite float >= 0. The GNMT length-penalty exponent.
+            Defaults to `0.6` (the paper).
     """
 
     def __init__(self, beam_size=4, alpha=0.6):
@@ -244,9 +329,11 @@ class BeamSampler(Sampler):
             raise invalid_argument("alpha", "a finite number >= 0", alpha,
                                    _CONTEXT)
 
-    def _choose(self, log_probs, seed):
-        raise TypeError("BeamSampler does not choose tokens one at a time: "
-                        "pass it to `generate`, which runs `beam_search`.")
+    def search(self, step_fn, initial_ids, initial_cache, max_length,
+               stop_ids, seed=0, max_lengths=None):
+        return beam_search(step_fn, initial_ids, initial_cache, max_length,
+                           stop_ids, beam_size=self.beam_size,
+                           alpha=self.alpha, max_lengths=max_lengths)
 
     def get_config(self):
         return {"beam_size": self.beam_size, "alpha": self.alpha}
@@ -259,6 +346,23 @@ _NAMES = {
     "top_p": TopPSampler,
     "beam": BeamSampler,
 }
+
+
+def for_beam_size(beam_size, alpha=0.6):
+    """The sampler of a `beam_size` setting (hparams' `beam_size`,
+    `translate_texts`, the exports): greedy for 1, else beam search.
+
+    Args:
+        beam_size: int >= 1.
+        alpha: float >= 0. The length penalty (beam search only).
+
+    Returns:
+        `GreedySampler` or `BeamSampler(beam_size, alpha)`.
+    """
+    check_positive_int("beam_size", beam_size, _CONTEXT)
+    if beam_size == 1:
+        return GreedySampler()
+    return BeamSampler(beam_size, alpha)
 
 
 def get(identifier, **kwargs):
@@ -296,95 +400,6 @@ def get(identifier, **kwargs):
             + (", ".join(allowed) or "none") + ")", kwargs[unknown[0]],
             _CONTEXT)
     return cls(**kwargs)
-
-
-def inverse_temperature(temperature):
-    """1 / T, capped at 1e30 (a float32 holds no larger).
-
-    Args:
-        temperature: a Python float > 0, or a float32 scalar tensor > 0
-            (a signature's input; a float32 subnormal may be flushed to 0,
-            which the cap turns into 1e30 too).
-
-    Returns:
-        The same kind: a Python float or a float32 scalar tensor.
-    """
-    if isinstance(temperature, numbers.Real):
-        return min(1.0 / temperature, _MAX_INVERSE_TEMPERATURE)
-    return ops.minimum(1.0 / ops.cast(temperature, "float32"),
-                       _MAX_INVERSE_TEMPERATURE)
-
-
-def tempered(log_probs, inverse):
-    """Logits to draw from at temperature 1 / `inverse`, masked tokens
-    kept out (module docstring).
-
-    Args:
-        log_probs: float32 [B, V].
-        inverse: float or float32 scalar tensor in [0, 1e30]. 1 / T.
-
-    Returns:
-        float32 [B, V]: (log_probs - the row's best unmasked) * inverse,
-        floored at -1e30; -1e38 at masked tokens.
-    """
-    log_probs = ops.cast(log_probs, "float32")
-    unmasked = log_probs > MASKED_THRESHOLD
-    best = ops.max(ops.where(unmasked, log_probs, MASKED_THRESHOLD),
-                   axis=-1, keepdims=True)
-    scaled = ops.maximum((log_probs - best) * inverse, _FLOOR)
-    return ops.where(unmasked, scaled, _MASKED_SCALED)
-
-
-def top_p_choice(log_probs, seed, p, inverse, k=None):
-    """`TopPSampler`'s draw, its settings Python numbers or scalar tensors
-    (the language-model export's `sample` signature feeds tensors).
-
-    Args:
-        log_probs: float32 [B, V].
-        seed: int32 tensor [2]. The step's seed.
-        p: float or float32 scalar tensor in (0, 1].
-        inverse: float or float32 scalar tensor. 1 / T
-            (`inverse_temperature`).
-        k: int or None. Keep the k most likely tokens first.
-
-    Returns:
-        int32 [B].
-    """
-    indices = None
-    if k is not None:  # Before the temperature, as `TopKSampler`.
-        log_probs, indices = ops.top_k(log_probs, k)
-    scaled = tempered(log_probs, inverse)
-    keep = nucleus(ops.softmax(scaled, axis=-1), p)
-    choice = draw(ops.where(keep, scaled, _MASKED_SCALED), seed)
-    if indices is None:
-        return choice
-    return _batch_gather(indices, choice[:, None])[:, 0]
-
-
-def nucleus(probs, p):
-    """The nucleus of each row: bool [B, V], True for the tokens whose
-    probability is at least the largest threshold keeping a mass >= p.
-
-    Args:
-        probs: float32 [B, V]. Probabilities (rows sum to 1).
-        p: float or float32 scalar tensor in (0, 1].
-
-    Returns:
-        bool [B, V]. Always True at each row's most likely token.
-    """
-    high = ops.max(probs, axis=-1, keepdims=True)
-    low = ops.zeros_like(high)
-
-    def halve(_, bounds):
-        low, high = bounds
-        middle = (low + high) * 0.5
-        mass = ops.sum(ops.where(probs >= middle, probs, 0.0), axis=-1,
-                       keepdims=True)
-        enough = mass >= p
-        return ops.where(enough, middle, low), ops.where(enough, high, middle)
-
-    low, _ = ops.fori_loop(0, _BISECTIONS, halve, (low, high))
-    return probs >= low
 
 
 def _check_k(k, log_probs):

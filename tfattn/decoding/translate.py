@@ -18,6 +18,7 @@ from tfattn.data.sources import load_pairs
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.decoding import samplers
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
@@ -147,38 +148,37 @@ def model_proto_of(tokenizer):
 _GENERATE_FNS = weakref.WeakKeyDictionary()
 
 
-def generate_fn(model, beam_size, alpha, extra_length, max_length,
-                jit_compile):
-    """`model.generate` with these settings as a `tf.function` of the
-    source ids [B, S], traced once per model and settings and cached (weakly)
-    for every caller: a beam search run eagerly steps op by op (the four
+def generate_fn(model, sampler, extra_length, max_length, jit_compile,
+                seed=0):
+    """`model.search` with these settings as a `tf.function` of the source
+    ids [B, S], traced once per model and settings and cached (weakly) for
+    every caller: a beam search run eagerly steps op by op (the four
     attention images of a tiny `--mode=all` run took 2.9 s that way, 1.4 s
     through the search eval had traced).
 
     Args:
         model: a built `tfattn.Transformer`. Held weakly.
-        beam_size: int. 1 = greedy search.
-        alpha: float. Length penalty of beam search.
+        sampler: a `Sampler` (`samplers.for_beam_size(beam_size, alpha)`
+            for the hparams' beam settings).
         extra_length: int. Outputs stop at their source length plus this.
         max_length: int. The output buffer length (`decode_lengths`).
         jit_compile: bool. Compile with XLA; the function then takes no
             input signature and traces once per source shape.
+        seed: int in [-2**63, 2**63). The draws' seed (sampling).
 
     Returns:
-        The `tf.function`: int32 source ids [B, S] -> `model.generate`'s
-        output.
+        The `tf.function`: int32 source ids [B, S] -> `(ids, scores)`.
     """
-    key = (beam_size, alpha, extra_length, max_length, jit_compile)
+    key = (sampler, extra_length, max_length, jit_compile, seed)
     per_model = _GENERATE_FNS.setdefault(model, {})
     if key not in per_model:
         # The model is held weakly by the function too.
         model_ref = weakref.ref(model)
+        words = samplers.seed_words(seed, _CONTEXT)
 
         def generate(source):
-            return model_ref().generate(
-                source, beam_size=beam_size, alpha=alpha,
-                max_length=max_length, extra_length=extra_length,
-            )
+            return model_ref().search(source, max_length, sampler, EOS_ID,
+                                      tf.constant(words), extra_length)
 
         # Without XLA the batch and source length are left free (one trace
         # for every batch shape); XLA compiles per shape, so its callers pad
@@ -195,8 +195,8 @@ def generate_fn(model, beam_size, alpha, extra_length, max_length,
 
 def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
                     batch_size=64, extra_length=50, max_source_length=None,
-                    jit_compile=False):
-    """Translates source strings with `model.generate`, batch by batch.
+                    jit_compile=False, sampler=None, seed=0):
+    """Translates source strings with `Transformer.search`, batch by batch.
 
     Every batch has the same number of rows: the last one is padded with
     empty strings (whose outputs are dropped), so it reuses the traced (or,
@@ -224,12 +224,21 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
             `max_source_length` so that one compilation serves every batch.
             Faster for long runs on some hardware; results can differ from
             the non-XLA ones in the last float bits. Defaults to `False`.
+        sampler: a `Sampler`, its name, or None: `beam_size` and `alpha`'s
+            search (greedy for 1 beam). Any sampler of
+            `Transformer.generate` works (e.g. `TopPSampler(0.9)` for
+            diverse translations); with one, `beam_size` and `alpha` are
+            not used.
+        seed: int in [-2**63, 2**63). The draws' seed (sampling).
 
     Returns:
         list of str, one translation per input, in order.
     """
     beam_size = check_positive_int("beam_size", beam_size, _CONTEXT)
     alpha = check_non_negative_float("alpha", alpha, _CONTEXT)
+    sampler = (samplers.for_beam_size(beam_size, alpha) if sampler is None
+               else samplers.get(sampler))
+    samplers.seed_words(seed, _CONTEXT)
     batch_size = check_positive_int("batch_size", batch_size, _CONTEXT)
     if not isinstance(jit_compile, bool):
         raise invalid_argument("jit_compile", "a Python bool", jit_compile,
@@ -257,8 +266,8 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
     # `keras.utils.set_random_seed`) clears, so a tokenizer made before a
     # reseed fails with "Resource ... SentencepieceOp ... does not exist".
     tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
-    generate = generate_fn(model, beam_size, alpha, int(extra_length),
-                           max_length, jit_compile)
+    generate = generate_fn(model, sampler, int(extra_length), max_length,
+                           jit_compile, seed)
     rows = min(batch_size, len(texts))
     outputs = []
     for start in range(0, len(texts), rows):

@@ -45,8 +45,10 @@ import tensorflow as tf
 from tfattn.utils import files
 from tfattn.export import contract
 from tfattn.data.tokenizer import BOS_ID
+from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.decoding import samplers
 from tfattn.decoding.translate import decode_lengths
 from tfattn.decoding.translate import encode_for_translation
 from tfattn.decoding.translate import model_proto_of
@@ -199,9 +201,10 @@ class Translator(tf.Module):
         return source, truncated, ids, scores
 
     def _search(self, source):
-        return self.model.generate(
-            source, beam_size=self._beam_size, alpha=self._alpha,
-            max_length=self._max_length, extra_length=self._extra_length)
+        return self.model.search(
+            source, self._max_length,
+            samplers.for_beam_size(self._beam_size, self._alpha), EOS_ID,
+            tf.zeros([2], tf.int32), self._extra_length)
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="sentences")

@@ -19,7 +19,7 @@ from keras import ops
 
 from tfattn.utils import validation
 
-__all__ = ["check_ids", "pair", "check_same_batch"]
+__all__ = ["check_ids", "concrete", "pair", "check_same_batch"]
 
 _CONTEXT = "Transformer"
 
@@ -69,9 +69,9 @@ def check_ids(name, ids, vocab, max_length, values=True, context=_CONTEXT):
     if not values or isinstance(ids, keras.KerasTensor):
         return ids
     expected = f"token ids in [0, {vocab}) (the vocabulary)"
-    concrete = _concrete(ids)
-    if concrete is not None:
-        bad = concrete[(concrete < 0) | (concrete >= vocab)]
+    values = concrete(ids)
+    if values is not None:
+        bad = values[(values < 0) | (values >= vocab)]
         if bad.size:
             raise validation.invalid_argument(
                 name, expected, f"<ids holding {int(bad[0])}>", context)
@@ -89,7 +89,7 @@ def check_ids(name, ids, vocab, max_length, values=True, context=_CONTEXT):
         return tf.identity(ids)
 
 
-def _concrete(x):
+def concrete(x):
     """`x` as a NumPy array if it holds values now, else None (traced)."""
     backend = keras.config.backend()
     if backend == "tensorflow":

@@ -4,8 +4,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfattn import decoding
-from tfattn.decoding import samplers as samplers_lib
 from tfattn.decoding.samplers import MASKED_LOGIT
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.dropout import Dropout
@@ -14,6 +12,7 @@ from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.positional_encoding import PositionalEncoding
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
+from tfattn.models import _generation
 from tfattn.models import _ids
 from tfattn.models import _prompts
 from tfattn.models.layout import checked_activation
@@ -21,12 +20,13 @@ from tfattn.models.layout import checked_layout
 from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
 from tfattn.utils import validation
+from tfattn.utils.ids import EOS_ID
+from tfattn.utils.ids import PAD_ID
 from tfattn.utils.seeds import sublayer_seed
 
 __all__ = ["CausalLM"]
 
 _CONTEXT = "CausalLM"
-PAD_ID, EOS_ID = 0, 3
 
 
 @keras.saving.register_keras_serializable(package="tfattn")
@@ -270,25 +270,24 @@ class CausalLM(keras.Model):
         """
         max_new_tokens = validation.check_positive_int(
             "max_new_tokens", max_new_tokens, _CONTEXT)
-        sampler = samplers_lib.get(sampler)
-        stop_ids = _checked_stop_ids(stop_token_ids, self.vocab_size)
-        words = samplers_lib.seed_words(seed, _CONTEXT)
+        settings = _generation.checked_settings(
+            sampler, stop_token_ids, seed, jit_compile, self.vocab_size,
+            _CONTEXT)
         validation.check_bool("strip_prompt", strip_prompt, _CONTEXT)
-        validation.check_bool("jit_compile", jit_compile, _CONTEXT)
         packed = _prompts.pack(prompts, self.vocab_size, self.max_length,
                                max_new_tokens, _CONTEXT)
         if not self.built:
             self.build((None, None))
         buffer = _prompts.bucket(max_new_tokens)
         batch = len(packed.prompts)
-        key = (batch, packed.prefill.shape[1], buffer, sampler, stop_ids,
-               jit_compile)
+        key = (batch, packed.prefill.shape[1], buffer, settings.sampler,
+               settings.stop_ids, settings.jit_compile)
         search = self._searches.get(key)
         if search is None:
             search = self._searches[key] = self._compile(key)
         ids, scores = search(
             packed.prefill, packed.last, packed.lengths,
-            np.full((batch,), max_new_tokens, np.int32), words)
+            np.full((batch,), max_new_tokens, np.int32), settings.words)
         ids = np.asarray(ops.convert_to_numpy(ids))[:, :max_new_tokens]
         scores = np.asarray(ops.convert_to_numpy(scores))
         if not strip_prompt:
@@ -296,9 +295,8 @@ class CausalLM(keras.Model):
         return ids, scores
 
     def _compile(self, key):
-        """The search for `key`'s shapes and settings, compiled: a
-        `tf.function` under TensorFlow, `jax.jit` (weights as arguments)
-        under JAX, eager otherwise."""
+        """The search for `key`'s shapes and settings, compiled
+        (`_generation.compiled`)."""
         _, _, buffer, sampler, stop_ids, jit_compile = key
 
         def search(prefill, last, lengths, limits, seed):
@@ -306,31 +304,7 @@ class CausalLM(keras.Model):
             return self.search(prefill, last, lengths, limits, seed,
                                buffer, sampler, stop_ids)
 
-        backend = keras.config.backend()
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            function = tf.function(search, jit_compile=jit_compile,
-                                   autograph=False, reduce_retracing=False)
-            # One function per key, each traced once by design: TensorFlow's
-            # "frequent retracing" warning counts the traces of all of them
-            # (one Python body) and would misread several settings as
-            # retracing.
-            function._omit_frequent_tracing_warning = True
-            return function
-        if backend == "jax":
-            import jax
-
-            variables = list(self.variables)
-
-            def stateless(values, *args):
-                with keras.StatelessScope(
-                        state_mapping=list(zip(variables, values))):
-                    return search(*args)
-
-            jitted = jax.jit(stateless)
-            return lambda *args: jitted([v.value for v in variables], *args)
-        return search
+        return _generation.compiled(self, search, jit_compile)
 
     def search(self, prefill, last, lengths, limits, seed, buffer,
                sampler, stop_ids):
@@ -370,14 +344,8 @@ class CausalLM(keras.Model):
 
         last = ops.convert_to_tensor(last, "int32")
         limits = ops.convert_to_tensor(limits, "int32")
-        if isinstance(sampler, samplers_lib.BeamSampler):
-            return decoding.beam_search(
-                step, last, cache, buffer, stop_ids,
-                beam_size=sampler.beam_size, alpha=sampler.alpha,
-                max_lengths=limits)
-        return decoding.sample_search(step, last, cache, buffer, stop_ids,
-                                      sampler=sampler, seed=seed,
-                                      max_lengths=limits)
+        return sampler.search(step, last, cache, buffer, stop_ids,
+                              seed=seed, max_lengths=limits)
 
     def _decode_step(self, ids, i, cache, offset):
         """One cached step: the token at each row's position + i, written
@@ -417,18 +385,3 @@ class CausalLM(keras.Model):
                 self.kernel_initializer),
         )
         return with_sublayer_policies(self, config)
-
-
-def _checked_stop_ids(stop_token_ids, vocab_size):
-    """`generate`'s stop ids: an int or a tuple of ints in [1, vocab_size)
-    (`()` for None)."""
-    stop_ids = decoding.checked_stop_ids(
-        stop_token_ids, _CONTEXT, "stop_token_ids", allow_none=True)
-    ids = stop_ids if isinstance(stop_ids, tuple) else (stop_ids,)
-    bad = [i for i in ids if not 0 < i < vocab_size]
-    if bad:
-        raise validation.invalid_argument(
-            "stop_token_ids", f"ids in [1, {vocab_size}) (0 is padding, "
-            "never emitted; the others lie outside the vocabulary, so no "
-            "row would stop)", stop_token_ids, _CONTEXT)
-    return stop_ids

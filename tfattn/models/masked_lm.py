@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from tfattn.layers.initializers import fresh_initializer
-from tfattn.models._ids import _concrete
+from tfattn.models._ids import concrete as concrete_values
 from tfattn.models.layout import serialized_activation
 from tfattn.models.text_encoder import ENCODER_ARGUMENTS
 from tfattn.models.text_encoder import TextEncoder
@@ -178,7 +178,7 @@ class MaskedLM(keras.Model):
         if isinstance(positions, keras.KerasTensor):
             return positions
         expected = "positions in [0, T) of token_ids"
-        concrete, length = _concrete(positions), ids_shape[1]
+        concrete, length = concrete_values(positions), ids_shape[1]
         if concrete is not None and length is not None:
             bad = concrete[(concrete < 0) | (concrete >= length)]
             if bad.size:

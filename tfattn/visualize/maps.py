@@ -14,6 +14,7 @@ import tensorflow as tf
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import SubwordTokenizer
+from tfattn.decoding import samplers
 from tfattn.decoding.translate import decode_lengths
 from tfattn.decoding.translate import encode_for_translation
 from tfattn.decoding.translate import generate_fn
@@ -85,8 +86,8 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
     max_source_length, max_length = decode_lengths(model, extra_length)
     source = encode_for_translation(tokenizer, tf.constant([text]),
                                     max_source_length)
-    ids, _ = generate_fn(model, beam_size, alpha, extra_length, max_length,
-                         jit_compile=False)(source)
+    ids, _ = generate_fn(model, samplers.for_beam_size(beam_size, alpha),
+                         extra_length, max_length, jit_compile=False)(source)
     output = [int(i) for i in np.asarray(ids)[0] if i != 0]
     if EOS_ID in output:
         output = output[:output.index(EOS_ID) + 1]
