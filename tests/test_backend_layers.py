@@ -25,6 +25,7 @@ from tests.harness import assert_keras_file_round_trip
 from tests.harness import attention_params
 from tests.harness import ffn_numpy
 from tfattn import losses
+from tfattn.layers import attention_flavors
 from tfattn.layers import Decoder
 from tfattn.layers import DecoderBlock
 from tfattn.layers import Dropout
@@ -39,7 +40,7 @@ from tfattn.ops import normalization
 BACKEND = keras.config.backend()
 B, T, S, C, H, F, V = 2, 5, 4, 8, 2, 16, 11
 D = C // H
-FLAVORS = ["paper", "reference_2017", "reference_2019"]
+FLAVORS = list(attention_flavors.FLAVORS)
 # (flavor, normalize_first), as tests/harness.py's SETUPS.
 SETUPS = [("paper", False), ("paper", True), ("reference_2017", False),
           ("reference_2019", False)]

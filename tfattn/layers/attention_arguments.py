@@ -1,18 +1,20 @@
 """Argument and input checks of `tfattn.MultiHeadAttention` (one place for
-its masks, projection options and cache writes)."""
+its masks, projection options and cache checks), and `CONTEXT`, the name
+every message of its modules starts with."""
 
 import keras
-from keras import ops
 
 from tfattn.utils import validation
 from tfattn.layers.initializers import initializer_arguments
 
-__all__ = ["DENSE_OPTIONS", "check_attention_mask", "check_cache",
-           "check_divisible", "check_inputs", "check_mask",
+__all__ = ["CONTEXT", "DENSE_OPTIONS", "check_attention_mask",
+           "check_cache", "check_divisible", "check_inputs", "check_mask",
            "check_output_shape", "check_projections", "dense_options",
-           "serialize_dense_options", "write_cache"]
+           "serialize_dense_options"]
 
-_CONTEXT = "MultiHeadAttention"
+# Who checks: the prefix of the error messages of `MultiHeadAttention` and
+# of its modules (`attention_axes`, `attention_flavors`).
+CONTEXT = "MultiHeadAttention"
 
 
 def check_projections(check_paper_only, num_units, num_heads, key_dim,
@@ -44,9 +46,9 @@ def check_projections(check_paper_only, num_units, num_heads, key_dim,
     """
     for name, value in (("key_dim", key_dim), ("value_dim", value_dim)):
         if value is not None:
-            validation.check_positive_int(name, value, _CONTEXT)
+            validation.check_positive_int(name, value, CONTEXT)
     output_shape = check_output_shape(output_shape)
-    use_bias = validation.check_bool("use_bias", use_bias, _CONTEXT)
+    use_bias = validation.check_bool("use_bias", use_bias, CONTEXT)
     resolved = dense_options(**options)
     for name, value, default in (
         ("key_dim", key_dim, None), ("value_dim", value_dim, None),
@@ -59,13 +61,13 @@ def check_projections(check_paper_only, num_units, num_heads, key_dim,
         raise validation.invalid_argument(
             "value_dim", "None unless `key_dim` is given (without it, "
             "every head width is num_units / num_heads)", value_dim,
-            _CONTEXT)
+            CONTEXT)
     if key_dim is not None and num_units is not None and (
             num_units != num_heads * key_dim):
         raise validation.invalid_argument(
             "num_units", f"None or num_heads * key_dim = "
             f"{num_heads * key_dim} when `key_dim` is given", num_units,
-            _CONTEXT)
+            CONTEXT)
     return output_shape, use_bias, resolved
 
 
@@ -102,7 +104,7 @@ def check_divisible(num_units, num_heads):
             "num_units",
             f"a multiple of num_heads={num_heads}",
             num_units,
-            _CONTEXT,
+            CONTEXT,
         )
 
 
@@ -126,7 +128,7 @@ def check_mask(name, mask, expected_shape, meaning):
             name,
             f"a bool tensor of shape {meaning}",
             f"<tensor of dtype {dtype} and shape {shape}>",
-            _CONTEXT,
+            CONTEXT,
         )
     compatible = len(shape) == len(expected_shape) and all(
         a is None or b is None or a == b for a, b in zip(shape, expected_shape)
@@ -136,7 +138,7 @@ def check_mask(name, mask, expected_shape, meaning):
             name,
             f"a bool tensor of shape {meaning} = {expected_shape}",
             f"<tensor of dtype bool and shape {shape}>",
-            _CONTEXT,
+            CONTEXT,
         )
 
 
@@ -161,7 +163,7 @@ def check_attention_mask(mask, scores_shape):
     if dtype != "bool" or len(shape) not in (2, 3, 4):
         raise validation.invalid_argument(
             "attention_mask", expected,
-            f"<tensor of dtype {dtype} and shape {shape}>", _CONTEXT)
+            f"<tensor of dtype {dtype} and shape {shape}>", CONTEXT)
     full = (1,) * (4 - len(shape)) + tuple(shape)
     if len(shape) == 3:
         full = (shape[0], 1, shape[1], shape[2])
@@ -171,7 +173,7 @@ def check_attention_mask(mask, scores_shape):
         if not ok:
             raise validation.invalid_argument(
                 "attention_mask", expected,
-                f"<tensor of dtype bool and shape {shape}>", _CONTEXT)
+                f"<tensor of dtype bool and shape {shape}>", CONTEXT)
 
 
 DENSE_OPTIONS = (
@@ -197,7 +199,7 @@ def dense_options(**options):
     getters = {"regularizer": keras.regularizers.get,
                "constraint": keras.constraints.get}
     resolved = initializer_arguments(
-        _CONTEXT, **{k: v for k, v in options.items()
+        CONTEXT, **{k: v for k, v in options.items()
                      if k.endswith("_initializer")})
     for name, value in options.items():
         kind = name.split("_", 1)[1]
@@ -208,7 +210,7 @@ def dense_options(**options):
         except (ValueError, TypeError) as error:
             raise validation.invalid_argument(
                 name, f"a Keras {kind}, its name or config (or None)",
-                value, _CONTEXT) from error
+                value, CONTEXT) from error
     return resolved
 
 
@@ -236,40 +238,8 @@ def check_output_shape(output_shape):
         raise validation.invalid_argument(
             "output_shape", "None, a positive int, or a tuple/list of "
             "positive ints (the shape that replaces the output's last axis)",
-            output_shape, _CONTEXT)
+            output_shape, CONTEXT)
     return tuple(dims)
-
-
-def write_cache(cache, cache_index, key, value, key_keep):
-    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe).
-
-    Args:
-        cache: dict. The cache from `init_cache`: "key" and "value"
-            [B, H, L, d], "keep" bool [B, L].
-        cache_index: scalar int tensor. The position of the first new key.
-        key: tensor [B, H, T, d]. The new keys, split into heads.
-        value: tensor [B, H, T, d_v]. The new values, split into heads.
-        key_keep: bool [B, T] keep-mask of the new keys, or None (all
-            kept).
-
-    Returns:
-        dict. The updated cache, of the same keys and shapes.
-    """
-    index = ops.cast(cache_index, "int32")
-    zero = ops.zeros((), "int32")
-    if key_keep is None:
-        key_keep = ops.ones(ops.shape(key)[0:1] + ops.shape(key)[2:3], "bool")
-    return {
-        "key": ops.slice_update(
-            cache["key"], (zero, zero, index, zero),
-            ops.cast(key, cache["key"].dtype),
-        ),
-        "value": ops.slice_update(
-            cache["value"], (zero, zero, index, zero),
-            ops.cast(value, cache["value"].dtype),
-        ),
-        "keep": ops.slice_update(cache["keep"], (zero, index), key_keep),
-    }
 
 
 def check_inputs(
@@ -294,10 +264,10 @@ def check_inputs(
         ValueError: the first argument that does not fit, by name.
     """
     q_shape = validation.check_rank(
-        "queries", queries, 3, "[B, T_q, C]", _CONTEXT)
-    k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", _CONTEXT)
+        "queries", queries, 3, "[B, T_q, C]", CONTEXT)
+    k_shape = validation.check_rank("keys", keys, 3, "[B, T_k, C]", CONTEXT)
     v_shape = validation.check_rank(
-        "values", values, 3, "[B, T_k, C]", _CONTEXT)
+        "values", values, 3, "[B, T_k, C]", CONTEXT)
     batch, t_q, t_k = q_shape[0], q_shape[1], k_shape[1]
     for name, shape in (("keys", k_shape), ("values", v_shape)):
         if None not in (batch, shape[0]) and shape[0] != batch:
@@ -305,14 +275,14 @@ def check_inputs(
                 name,
                 f"the same batch size as `queries` ({batch})",
                 f"<tensor of shape {shape}>",
-                _CONTEXT,
+                CONTEXT,
             )
     if None not in (t_k, v_shape[1]) and v_shape[1] != t_k:
         raise validation.invalid_argument(
             "values",
             f"the same length as `keys` ({t_k})",
             f"<tensor of shape {v_shape}>",
-            _CONTEXT,
+            CONTEXT,
         )
     layer._flavor_steps.check_key_masks(key_masks, batch, t_k)
     if cache is not None:
@@ -347,7 +317,7 @@ def check_cache(layer, cache, cache_index, batch):
             "a dict with keys 'key', 'value', 'keep' from `init_cache` or "
             "`precompute_cache`",
             cache if not isinstance(cache, dict) else sorted(cache),
-            _CONTEXT,
+            CONTEXT,
         )
     shape = validation.shape_of(cache["key"])
     want = (batch, layer.num_heads, None, layer.units // layer.num_heads)
@@ -359,7 +329,7 @@ def check_cache(layer, cache, cache_index, batch):
             f"key/value tensors of shape [B, H, T, d] = {want} for this "
             "layer (a cache from another model size?)",
             f"<cache with key shape {shape}>",
-            _CONTEXT,
+            CONTEXT,
         )
     if cache_index is not None and not layer.causality:
         raise validation.invalid_argument(
@@ -367,6 +337,6 @@ def check_cache(layer, cache, cache_index, batch):
             "None for a layer with causality=False: incremental decoding "
             "appends keys, which only a causal self-attention can do",
             cache_index,
-            _CONTEXT,
+            CONTEXT,
         )
     return shape[2]

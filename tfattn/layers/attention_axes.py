@@ -26,11 +26,10 @@ from keras import ops
 
 from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
+from tfattn.layers.attention_arguments import CONTEXT
 from tfattn.ops import masking
 
 __all__ = ["Fold", "check_attention_axes", "check_input_ranks", "resolve"]
-
-_CONTEXT = "MultiHeadAttention"
 
 
 def check_attention_axes(attention_axes, flavor):
@@ -56,12 +55,12 @@ def check_attention_axes(attention_axes, flavor):
             for a in axes)):
         raise validation.invalid_argument(
             "attention_axes", "None, an int or a non-empty list/tuple of "
-            "ints", attention_axes, _CONTEXT)
+            "ints", attention_axes, CONTEXT)
     if flavor != "paper":
         raise validation.invalid_argument(
             "attention_axes", f"None in flavor '{flavor}' (the referenced "
             "code attends over axis 1 of [B, T, C] inputs)", attention_axes,
-            _CONTEXT)
+            CONTEXT)
     return tuple(int(a) for a in axes)
 
 
@@ -88,7 +87,7 @@ def resolve(attention_axes, rank):
         raise validation.invalid_argument(
             "attention_axes", f"distinct axes between 1 and {rank - 2} (or "
             f"-{rank - 1} and -2) for inputs of rank {rank}: neither the "
-            "batch nor the feature axis", attention_axes, _CONTEXT)
+            "batch nor the feature axis", attention_axes, CONTEXT)
     return axes
 
 
@@ -114,12 +113,12 @@ def check_input_ranks(flavor, shapes):
             if flavor == "paper" else f" in flavor '{flavor}'")
         raise validation.invalid_argument(
             "queries", expected, f"<tensor of shape {shapes['queries']}>",
-            _CONTEXT)
+            CONTEXT)
     for name, shape in shapes.items():
         if len(shape) != rank:
             raise validation.invalid_argument(
                 name, f"a rank-{rank} tensor, as `queries`",
-                f"<tensor of shape {shape}>", _CONTEXT)
+                f"<tensor of shape {shape}>", CONTEXT)
     return rank
 
 
@@ -290,7 +289,7 @@ class Fold:
         received = f"<tensor of dtype {dtype} and shape {static}>"
         if dtype != "bool" or len(static) > len(want):
             raise validation.invalid_argument(
-                "attention_mask", expected, received, _CONTEXT)
+                "attention_mask", expected, received, CONTEXT)
         shape = list(static)
         while len(shape) < len(want):
             cut = max(len(shape) - 2 * len(self.axes), 0)
@@ -299,7 +298,7 @@ class Fold:
         for got, size in zip(shape, want):
             if got not in (None, 1) and isinstance(size, int) and got != size:
                 raise validation.invalid_argument(
-                    "attention_mask", expected, received, _CONTEXT)
+                    "attention_mask", expected, received, CONTEXT)
         heads = 1 if shape[len(self.batch_axes)] == 1 else num_heads
         full = list(want)
         full[len(self.batch_axes)] = heads

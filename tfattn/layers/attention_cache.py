@@ -1,14 +1,14 @@
-"""Incremental decoding of `MultiHeadAttention`: its key/value cache.
+"""Incremental decoding of `MultiHeadAttention`: its key/value cache, and
+the write of a call's keys and values into it (`write_cache`).
 
 Shapes: B = batch, H = heads, T_k = key length, d = per-head width.
 """
 
 from keras import ops
 
-from tfattn.layers import attention_arguments as arguments
 from tfattn.ops import attention as attention_ops
 
-__all__ = ["AttentionCacheMixin"]
+__all__ = ["AttentionCacheMixin", "write_cache"]
 
 
 class AttentionCacheMixin:
@@ -86,5 +86,37 @@ class AttentionCacheMixin:
                                                padding_mask)
         if cache is None:
             return key, value, key_keep, cache, 0
-        cache = arguments.write_cache(cache, cache_index, key, value, key_keep)
+        cache = write_cache(cache, cache_index, key, value, key_keep)
         return cache["key"], cache["value"], cache["keep"], cache, cache_index
+
+
+def write_cache(cache, cache_index, key, value, key_keep):
+    """Writes new keys/values at `cache_index` (a scalar tensor, XLA-safe).
+
+    Args:
+        cache: dict. The cache from `init_cache`: "key" and "value"
+            [B, H, L, d], "keep" bool [B, L].
+        cache_index: scalar int tensor. The position of the first new key.
+        key: tensor [B, H, T, d]. The new keys, split into heads.
+        value: tensor [B, H, T, d_v]. The new values, split into heads.
+        key_keep: bool [B, T] keep-mask of the new keys, or None (all
+            kept).
+
+    Returns:
+        dict. The updated cache, of the same keys and shapes.
+    """
+    index = ops.cast(cache_index, "int32")
+    zero = ops.zeros((), "int32")
+    if key_keep is None:
+        key_keep = ops.ones(ops.shape(key)[0:1] + ops.shape(key)[2:3], "bool")
+    return {
+        "key": ops.slice_update(
+            cache["key"], (zero, zero, index, zero),
+            ops.cast(key, cache["key"].dtype),
+        ),
+        "value": ops.slice_update(
+            cache["value"], (zero, zero, index, zero),
+            ops.cast(value, cache["value"].dtype),
+        ),
+        "keep": ops.slice_update(cache["keep"], (zero, index), key_keep),
+    }

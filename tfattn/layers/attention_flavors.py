@@ -12,8 +12,12 @@ in 2017) and the arguments each accepts.
 A layer picks its flavour's class once, in its constructor (`of`), and
 calls these steps; it stays one class, `MultiHeadAttention`, so its config
 (with `flavor`), serialization and `.keras` files are those of one layer.
-The flavour objects hold no state: each step that touches the layer's
-sublayers takes the layer.
+The flavour objects hold no state: a step that builds a sublayer returns
+it, and the layer keeps it (under the flavour's `ending` attribute name);
+a step that uses the layer's sublayers takes the layer.
+
+`FLAVORS`, the names of the flavours (the values of the `flavor` argument
+of the layers, blocks, models and hparams), is defined here, once.
 
 Shapes: B = batch, T_q = query length, T_k = key length, C = width, H =
 heads, d_v = per-head value width.
@@ -23,13 +27,17 @@ from keras import ops
 
 from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
+from tfattn.layers.attention_arguments import CONTEXT
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.ops import masking
 
-__all__ = ["PaperFlavor", "ReferenceFlavor", "Reference2017Flavor",
-           "Reference2019Flavor", "of"]
+__all__ = ["FLAVORS", "REFERENCE_EPSILON", "PaperFlavor", "ReferenceFlavor",
+           "Reference2017Flavor", "Reference2019Flavor", "of"]
 
-_CONTEXT = "MultiHeadAttention"
+# The references' layer-norm epsilon, which they put inside the square root
+# (docs/reference.md §1.1, §2.1): their attention's norm and, by default,
+# their blocks' (`block_base.resolved_epsilon`).
+REFERENCE_EPSILON = 1e-8
 
 
 class PaperFlavor:
@@ -41,6 +49,9 @@ class PaperFlavor:
 
     name = "paper"
     projection_activation = None
+    # The attribute (and sublayer name) under which the layer keeps what
+    # `build_ending` returns.
+    ending = "output_dense"
     # A query with no visible key: all-zero weights, as Keras 3.15's
     # explicit path (its fused default path gives uniform ones).
     fully_masked = "zero"
@@ -82,7 +93,7 @@ class PaperFlavor:
                 "polarity is that reference's; pass `attention_mask`, "
                 "True = may attend, or Keras implicit masks instead)",
                 f"<tensor of shape {validation.shape_of(key_masks)}>",
-                _CONTEXT)
+                CONTEXT)
 
     def check_widths(self, units, queries_shape, num_units):
         """Checks the projection width against the queries' (any width
@@ -95,17 +106,22 @@ class PaperFlavor:
         """
 
     def build_ending(self, layer, queries_shape, value_units, output_units):
-        """Builds `layer.output_dense`, the projection of the heads [B, T_q,
-        H·d_v].
+        """Builds the output projection of the heads, [B, T_q, H·d_v] ->
+        [B, T_q, O]; the layer keeps it as `output_dense` (`ending`).
 
         Args:
-            layer: MultiHeadAttention. The layer being built.
+            layer: MultiHeadAttention. The layer being built (its
+                projections' options).
             queries_shape: tuple. The queries' shape [B, T_q, C_q].
             value_units: int. The heads' width H·d_v.
             output_units: int. The output width O.
+
+        Returns:
+            keras.layers.Dense. The built projection, named "output_dense".
         """
-        layer.output_dense = layer._projection(output_units, "output_dense")
-        layer.output_dense.build(tuple(queries_shape[:-1]) + (value_units,))
+        dense = layer._projection(output_units, self.ending)
+        dense.build(tuple(queries_shape[:-1]) + (value_units,))
+        return dense
 
     def output(self, layer, heads, queries):
         """The heads [B, T_q, H·d_v] (times the gate) through the output
@@ -171,6 +187,7 @@ class ReferenceFlavor(PaperFlavor):
     # The referenced code gives a query with no visible key uniform weights
     # (spec §5).
     fully_masked = "uniform"
+    ending = "layer_norm"
 
     def check_paper_only(self, name, value, default, why):
         """Refuses `value` != `default`: the reference fixes it.
@@ -187,7 +204,7 @@ class ReferenceFlavor(PaperFlavor):
         if value != default:
             raise validation.invalid_argument(
                 name, f"{default} in flavor '{self.name}'{why}", value,
-                _CONTEXT)
+                CONTEXT)
 
     def check_widths(self, units, queries_shape, num_units):
         """Refuses a projection width other than the queries' (the residual
@@ -207,22 +224,30 @@ class ReferenceFlavor(PaperFlavor):
                 f"the queries' width {queries_shape[-1]} in flavor "
                 f"'{self.name}', whose residual adds the queries",
                 num_units,
-                _CONTEXT,
+                CONTEXT,
             )
 
     def build_ending(self, layer, queries_shape, value_units, output_units):
-        """Builds `layer.layer_norm`, over [B, T_q, C].
+        """Builds the layer norm of the residual, over [B, T_q, C]; the
+        layer keeps it as `layer_norm` (`ending`).
 
         Args:
-            layer: MultiHeadAttention. The layer being built.
+            layer: MultiHeadAttention. The layer being built (its dtype
+                policy).
             queries_shape: tuple. The queries' shape [B, T_q, C].
             value_units: int. Unused (no output projection).
             output_units: int. Unused (no output projection).
+
+        Returns:
+            LayerNormalization. The built norm, of epsilon
+            `REFERENCE_EPSILON`, named "layer_norm".
         """
-        layer.layer_norm = LayerNormalization(
-            epsilon=1e-8, dtype=layer.dtype_policy, name="layer_norm"
+        norm = LayerNormalization(
+            epsilon=REFERENCE_EPSILON, dtype=layer.dtype_policy,
+            name=self.ending,
         )
-        layer.layer_norm.build(queries_shape)
+        norm.build(queries_shape)
+        return norm
 
     def output(self, layer, heads, queries):
         """LN(heads + queries).
@@ -268,7 +293,7 @@ class Reference2017Flavor(ReferenceFlavor):
             "the keys as in the referenced code (use flavor "
             "'reference_2019' or 'paper' for separate values)",
             f"<tensor of shape {validation.shape_of(values_shape)}>",
-            _CONTEXT,
+            CONTEXT,
         )
 
     def key_keep(self, keys, values, key_masks, padding_mask):
@@ -373,18 +398,22 @@ class Reference2019Flavor(ReferenceFlavor):
         return mask, bias, None
 
 
-_FLAVORS = {flavor.name: flavor() for flavor in (
+_STEPS = {flavor.name: flavor() for flavor in (
     PaperFlavor, Reference2017Flavor, Reference2019Flavor)}
+
+# The model flavours: the paper's attention and the two reference codes,
+# ("paper", "reference_2017", "reference_2019").
+FLAVORS = tuple(_STEPS)
 
 
 def of(flavor):
     """The steps of `flavor`.
 
     Args:
-        flavor: str. One of `validation.FLAVORS` (a checked argument).
+        flavor: str. One of `FLAVORS` (a checked argument).
 
     Returns:
         The flavour's steps: a `PaperFlavor`, `Reference2017Flavor` or
         `Reference2019Flavor` (shared, stateless).
     """
-    return _FLAVORS[flavor]
+    return _STEPS[flavor]

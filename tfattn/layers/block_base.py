@@ -3,6 +3,8 @@
 import keras
 
 from tfattn.utils import validation
+from tfattn.layers.attention_flavors import FLAVORS
+from tfattn.layers.attention_flavors import REFERENCE_EPSILON
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.initializers import fresh_initializers
@@ -10,17 +12,16 @@ from tfattn.layers.initializers import initializer_arguments
 from tfattn.layers.layer_normalization import LayerNormalization
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.utils.seeds import sublayer_seed
-from tfattn.utils.validation import FLAVORS
 from tfattn.layers.multi_head_attention import MultiHeadAttention
 
 __all__ = ["PAPER_EPSILON", "REFERENCE_EPSILON", "BlockBase",
            "block_arguments", "resolved_attention_dropout",
            "resolved_epsilon"]
 
-# Layer-norm epsilon when none is given: the references put 1e-8 inside the
-# square root (docs/reference.md §1.1, §2.1); the paper names none, and 1e-6 is
-# what tensor2tensor and the Model Garden use.
-REFERENCE_EPSILON = 1e-8
+# Layer-norm epsilon when none is given: the references' REFERENCE_EPSILON
+# (1e-8, inside the square root; defined with their attention in
+# `attention_flavors`); the paper names none, and 1e-6 is what tensor2tensor
+# and the Model Garden use.
 PAPER_EPSILON = 1e-6
 
 

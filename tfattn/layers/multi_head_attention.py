@@ -10,16 +10,16 @@ from tfattn.utils import validation
 from tfattn.layers import attention_arguments as arguments
 from tfattn.layers import attention_axes as axes_lib
 from tfattn.layers import attention_flavors
+from tfattn.layers.attention_arguments import CONTEXT
 from tfattn.layers.attention_cache import AttentionCacheMixin
+from tfattn.layers.attention_flavors import FLAVORS
 from tfattn.layers.initializers import fresh_initializers
 from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.ops import attention as attention_ops
 from tfattn.ops import masking
-from tfattn.utils.validation import FLAVORS
 
 __all__ = ["MultiHeadAttention"]
 
-_CONTEXT = "MultiHeadAttention"
 _INPUT_NAMES = ("queries", "keys", "values", "query", "key", "value")
 
 
@@ -201,8 +201,8 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
     ):
         """Checks the arguments; the projections are created when built."""
         num_heads = validation.check_positive_int(
-            "num_heads", num_heads, _CONTEXT)
-        flavor = validation.check_choice("flavor", flavor, FLAVORS, _CONTEXT)
+            "num_heads", num_heads, CONTEXT)
+        flavor = validation.check_choice("flavor", flavor, FLAVORS, CONTEXT)
         steps = attention_flavors.of(flavor)
         output_shape, use_bias, dense_options = arguments.check_projections(
             steps.check_paper_only, num_units, num_heads, key_dim, value_dim,
@@ -215,24 +215,24 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
         )
         if query_chunk_size not in (None, "auto"):
             validation.check_positive_int(
-                "query_chunk_size", query_chunk_size, _CONTEXT
+                "query_chunk_size", query_chunk_size, CONTEXT
             )
         if num_units is not None:
             num_units = validation.check_positive_int(
-                "num_units", num_units, _CONTEXT
+                "num_units", num_units, CONTEXT
             )
             arguments.check_divisible(num_units, num_heads)
         dropout_rate = validation.check_rate(
-            "dropout_rate", dropout_rate, _CONTEXT)
-        causality = validation.check_bool("causality", causality, _CONTEXT)
+            "dropout_rate", dropout_rate, CONTEXT)
+        causality = validation.check_bool("causality", causality, CONTEXT)
         if sliding_window is not None:
             validation.check_positive_int("sliding_window", sliding_window,
-                                          _CONTEXT)
+                                          CONTEXT)
             steps.check_paper_only(
                 "sliding_window", sliding_window, None,
                 " (the referenced code attends over every key)")
         attention_axes = axes_lib.check_attention_axes(attention_axes, flavor)
-        use_gate = validation.check_bool("use_gate", use_gate, _CONTEXT)
+        use_gate = validation.check_bool("use_gate", use_gate, CONTEXT)
         steps.check_paper_only("use_gate", use_gate, False,
                                " (the referenced code has no gate)")
         super().__init__(**kwargs)
@@ -280,8 +280,7 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
                                              values_shape)
         units, value_units, output_units = self._widths(queries_shape)
         arguments.check_divisible(units, self.num_heads)
-        self._flavor_steps.check_widths(units, queries_shape,
-                                        self.num_units)
+        self._flavor_steps.check_widths(units, queries_shape, self.num_units)
         self.units = units
         self.value_units = value_units
         self.query_dense = self._projection(units, "query_dense")
@@ -296,8 +295,10 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
                 activation="sigmoid", dtype=self.dtype_policy,
                 **self._dense_options())
             self.gate_dense.build(queries_shape)
-        self._flavor_steps.build_ending(self, queries_shape, value_units,
-                                        output_units)
+        # The flavour's ending, kept as `output_dense` or `layer_norm`.
+        ending = self._flavor_steps.build_ending(
+            self, queries_shape, value_units, output_units)
+        setattr(self, self._flavor_steps.ending, ending)
         self.attention_dropout = keras.layers.Dropout(
             self.dropout_rate,
             seed=self.seed,
@@ -335,7 +336,7 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
             if cache is not None or cache_index is not None:
                 raise validation.invalid_argument(
                     "cache", "None for inputs of rank > 3 (incremental "
-                    "decoding works on [B, T, C])", "<a cache>", _CONTEXT)
+                    "decoding works on [B, T, C])", "<a cache>", CONTEXT)
             fold = axes_lib.Fold(
                 rank, axes_lib.resolve(self.attention_axes, rank))
             return self._output_shaped(fold.attend(
@@ -457,7 +458,7 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
                 None not in (k, v) and k != v
                 for k, v in zip(keys[1:-1], values[1:-1])):
             raise ValueError(
-                f"{_CONTEXT}: All dimensions of `values` and `keys`, except "
+                f"{CONTEXT}: All dimensions of `values` and `keys`, except "
                 "the last one, must be equal. Received: values_shape="
                 f"{values} and keys_shape={keys}")
         rank = axes_lib.check_input_ranks(self.flavor, shapes)
@@ -495,4 +496,4 @@ def _check_numeric(name, x):
             name, "a numeric tensor (floating point; ints and bools are "
             "cast, as keras.layers.MultiHeadAttention casts them)",
             f"<tensor of dtype {dtype} and shape "
-            f"{validation.shape_of(x)}>", _CONTEXT)
+            f"{validation.shape_of(x)}>", CONTEXT)

@@ -8,7 +8,6 @@ value received, in the Keras format:
 import numbers
 
 __all__ = [
-    "FLAVORS",
     "echo",
     "invalid_argument",
     "check_positive_int",
@@ -21,8 +20,6 @@ __all__ = [
     "check_rank",
 ]
 
-# The model flavours: the paper's attention and the two reference codes.
-FLAVORS = ("paper", "reference_2017", "reference_2019")
 # Longest echo of a received value in a message.
 _MAX_ECHO = 100
 
