@@ -22,6 +22,7 @@ from tests.harness import uneven_translation_batches
 from tfattn import config
 from tfattn.training import run_dir
 from tfattn import training
+from tfattn.training import loop as training_loop
 from tfattn.data import EOS_ID
 from tfattn.data import sources
 from tfattn.data import training_input
@@ -802,8 +803,9 @@ def test_restore_model_refuses_bad_averages(trained, average_last, message):
 def test_start_lines_give_size_speed_projection_and_a_hint(
     tmp_path, caplog, monkeypatch
 ):
-    monkeypatch.setattr(training, "LARGE_FOR_NUMBERS", 0)
-    monkeypatch.setattr(training, "TIMED_STEPS", 2)
+    # The loop reads these from its own module.
+    monkeypatch.setattr(training_loop, "LARGE_FOR_NUMBERS", 0)
+    monkeypatch.setattr(training_loop, "TIMED_STEPS", 2)
     with caplog.at_level("INFO", logger="absl"):
         result = training.train(
             TEST_HPARAMS, "numbers", tmp_path, steps=4, verbose=0

@@ -14,9 +14,6 @@ used.
 """
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
 
 from tfattn import decoding  # noqa: E402
 from tfattn import layers  # noqa: E402
@@ -55,62 +52,12 @@ __all__ = [
     "SequenceClassifier", "TextEncoder", "Transformer", "NoamSchedule",
 ]
 
-# The modules that lay flat in tfattn/ before the subpackages: importable
-# under their old names (`from tfattn import run_dir`, `import
-# tfattn.translate`), as the same module objects, loaded when first asked.
-_MOVED = {
-    "tfattn.training_step": "tfattn.training.step",
-    "tfattn.preparation": "tfattn.training.preparation",
-    "tfattn.precision": "tfattn.training.precision",
-    "tfattn.run_dir": "tfattn.training.run_dir",
-    "tfattn.checkpoints": "tfattn.training.checkpoints",
-    "tfattn.preemption": "tfattn.training.preemption",
-    "tfattn.distribute": "tfattn.training.distribute",
-    "tfattn.memory": "tfattn.training.memory",
-    "tfattn.optimization": "tfattn.training.optimization",
-    "tfattn.translate": "tfattn.decoding.translate",
-    "tfattn.evaluation": "tfattn.decoding.evaluation",
-    "tfattn.commands": "tfattn.cli.commands",
-    "tfattn.errors": "tfattn.cli.errors",
-    "tfattn.overrides": "tfattn.config.overrides",
-    "tfattn.reference_checkpoint": "tfattn.interop.reference_checkpoint",
-    "tfattn.files": "tfattn.utils.files",
-    "tfattn.validation": "tfattn.utils.validation",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old module name and hands over the module it moved to."""
-
-    _own_specs = {}
-
-    def find_spec(self, fullname, path=None, target=None):
-        """The spec of `fullname` if it is an old name (else None)."""
-        if fullname not in _MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        """The moved module itself, imported under its new name."""
-        module = importlib.import_module(_MOVED[spec.name])
-        self._own_specs[module.__name__] = module.__spec__
-        return module
-
-    def exec_module(self, module):
-        """Gives the module its own spec back (the import system set the
-        old name's)."""
-        module.__spec__ = self._own_specs.pop(module.__name__)
-
-
-sys.meta_path.insert(0, _MovedModules())
-
-
 # Subpackages that need TensorFlow, loaded on first use (`tfattn.interop`).
 _LAZY = ("interop", "training", "data", "export", "visualize", "cli",
          "config", "utils")
 
 
 def __getattr__(name):
-    if f"tfattn.{name}" in _MOVED or name in _LAZY:
+    if name in _LAZY:
         return importlib.import_module(f"tfattn.{name}")
     raise AttributeError(f"module 'tfattn' has no attribute {name!r}")

@@ -3,8 +3,8 @@
 `_check_type` checks (and converts) the value of one field by its declared
 type. Each other `_check_*` function takes a whole set and raises the
 `ValueError` of the first value it finds that the set may not hold;
-`HParams.__post_init__` runs them, in the order `tfattn.config._check_values`
-fixes.
+`HParams.__post_init__` runs them, in the order
+`tfattn.config.hparams._check_values` fixes.
 """
 
 import math

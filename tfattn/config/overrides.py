@@ -9,7 +9,7 @@ list of valid keys, and the resulting set is validated like any other.
 
 Numbers are read by `ast.literal_eval`, which builds constants and runs no
 code, after a check that the text holds only a decimal number's characters.
-`tfattn.config` re-exports `parse_overrides`.
+`tfattn.config` hands `parse_overrides` on.
 
 Example::
 

@@ -20,12 +20,12 @@ from tfattn.data.masking import masker_for
 from tfattn.data.pipeline import make_batches
 from tfattn.data.sources import load_pairs
 from tfattn.data.sources import load_split
-from tfattn.training.distribute import per_replica_batch
 
 __all__ = [
     "LENGTH_SAMPLE_PAIRS",
     "LengthSample",
     "distributed_batches",
+    "per_replica_batch",
     "sample_lengths",
     "steps_per_epoch",
     "training_tokenizer",
@@ -204,3 +204,30 @@ def sample_lengths(pairs, tokenizer, max_length,
     if not kept.size:
         return LengthSample(int(max_length), float(max_length), 0)
     return LengthSample(int(kept.max()), float(kept.mean()), int(kept.size))
+
+
+def per_replica_batch(hp, replicas):
+    """Each replica's share of the hparams' global batch.
+
+    Args:
+        hp: HParams with `batch_size` (sentences) or `tokens_per_batch`.
+        replicas: int. `strategy.num_replicas_in_sync`.
+
+    Returns:
+        (batch_size, tokens_per_batch) for one replica; one of them is None.
+        A token budget is divided and rounded down, but never below one
+        sentence of `max_train_length` tokens.
+
+    Raises:
+        ValueError: `batch_size` is not a multiple of `replicas` (the
+            replicas would not add up to the global batch).
+    """
+    if hp.batch_size:
+        if hp.batch_size % replicas:
+            raise ValueError(
+                f"The global batch_size={hp.batch_size} is not divisible by "
+                f"the strategy's {replicas} replicas. Choose a multiple of "
+                f"{replicas}, e.g. --hparams_overrides=batch_size="
+                f"{max(replicas, hp.batch_size // replicas * replicas)}.")
+        return hp.batch_size // replicas, None
+    return None, max(hp.max_train_length, hp.tokens_per_batch // replicas)

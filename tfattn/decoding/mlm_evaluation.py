@@ -39,7 +39,6 @@ from keras import ops
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import MASK_PIECE
-from tfattn.models.masked_lm import MaskedLM
 from tfattn.utils import validation
 from tfattn.utils.files import write_text_atomically
 from tfattn.utils.texts import checked_texts
@@ -140,7 +139,10 @@ def check_model_and_tokenizer(model, tokenizer, context, blanks=True):
     Raises:
         ValueError: naming `model` or `tokenizer`.
     """
-    if not isinstance(model, MaskedLM):
+    # Duck-typed (decoding sits below models): a MaskedLM's encoder and
+    # head bias.
+    if not (hasattr(model, "text_encoder") and hasattr(model, "head_bias")
+            and hasattr(model, "max_length")):
         raise validation.invalid_argument(
             "model", "a tfattn.models.MaskedLM", f"<{type(model).__name__}>",
             context)

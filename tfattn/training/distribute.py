@@ -14,6 +14,7 @@ import json
 import os
 
 import tensorflow as tf
+from tfattn.data.training_input import per_replica_batch  # noqa: F401 (handed on)
 
 __all__ = [
     "STRATEGIES",
@@ -211,30 +212,3 @@ def remove_worker_dir(path):
             tf.io.gfile.rmtree(parent)
     except tf.errors.OpError:
         pass  # Another worker removed it first.
-
-
-def per_replica_batch(hp, replicas):
-    """Each replica's share of the hparams' global batch.
-
-    Args:
-        hp: HParams with `batch_size` (sentences) or `tokens_per_batch`.
-        replicas: int. `strategy.num_replicas_in_sync`.
-
-    Returns:
-        (batch_size, tokens_per_batch) for one replica; one of them is None.
-        A token budget is divided and rounded down, but never below one
-        sentence of `max_train_length` tokens.
-
-    Raises:
-        ValueError: `batch_size` is not a multiple of `replicas` (the
-            replicas would not add up to the global batch).
-    """
-    if hp.batch_size:
-        if hp.batch_size % replicas:
-            raise ValueError(
-                f"The global batch_size={hp.batch_size} is not divisible by "
-                f"the strategy's {replicas} replicas. Choose a multiple of "
-                f"{replicas}, e.g. --hparams_overrides=batch_size="
-                f"{max(replicas, hp.batch_size // replicas * replicas)}.")
-        return hp.batch_size // replicas, None
-    return None, max(hp.max_train_length, hp.tokens_per_batch // replicas)
