@@ -248,3 +248,15 @@ def test_command_line_errors_carry_no_terminal_codes():
     assert "\x1b" not in line and status == 1
     assert "\x1b[1m" not in errors.describe(keras_style)
     assert "dtype='string' is not a valid dtype." in line
+
+
+def test_the_library_and_the_command_lines_describe_errors_alike():
+    from tfattn.training import checkpoints
+    from tfattn.utils import messages
+
+    # One home (tfattn.utils.messages); the training library no longer
+    # reaches up into tfattn.cli for it.
+    assert errors.describe is messages.describe
+    assert checkpoints.describe is messages.describe
+    missing = FileNotFoundError(2, "No such file or directory", "/x/y")
+    assert messages.describe(missing) == "/x/y: No such file or directory"

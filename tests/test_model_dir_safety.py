@@ -215,3 +215,14 @@ def test_train_py_on_a_model_dir_in_use_is_refused(tmp_path):
     assert line.startswith("Error: ")
     assert f"is in use by process {os.getpid()} on " in line
     assert "Traceback" not in refused.stderr
+
+
+def test_run_dir_hands_on_the_model_functions_of_model_io():
+    from tfattn.training import model_io
+    from tfattn.training.run_dir import build_model
+
+    assert build_model is model_io.build_model
+    assert run_dir.restore_model is model_io.restore_model
+    assert run_dir.model_weights is model_io.model_weights
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = run_dir.nothing

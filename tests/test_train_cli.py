@@ -19,6 +19,7 @@ import hparams
 import train
 from tfattn.cli import commands
 from tfattn import config
+from tfattn.training import model_io
 from tfattn.training import run_dir
 from tfattn.utils.files import write_text_atomically
 from tfattn import training
@@ -131,6 +132,34 @@ def test_flag_validators_reject_impossible_combinations(
 ):
     with pytest.raises(flags.IllegalFlagValueError, match=message):
         parse(f"--model_dir={tmp_path}", *args)
+
+
+def test_the_help_is_true_for_every_task():
+    doc = " ".join(train.__doc__.split())
+    for said in ("translation model", "GPT-style language model",
+                 "BERT-style masked language model", "BLEU for translation",
+                 "perplexity for a language model", "masked-token accuracy"):
+        assert said in doc, said
+    eval_split = " ".join(FLAGS["eval_split"].help.split())
+    assert "BLEU" in eval_split and "perplexity" in eval_split
+    assert "masked-token accuracy" in eval_split
+
+
+def test_the_environment_takes_tensorflow_and_refuses_another_backend(
+    monkeypatch,
+):
+    from tfattn.utils import startup
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    assert startup.set_environment("train.py") == (
+        "train.py: error: train.py runs on Keras's TensorFlow backend, and "
+        "KERAS_BACKEND is 'jax': unset it or set KERAS_BACKEND=tensorflow"
+    )
+    monkeypatch.delenv("KERAS_BACKEND")
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    assert startup.set_environment("train.py") is None
+    assert os.environ["KERAS_BACKEND"] == "tensorflow"
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
 
 
 def test_model_dir_defaults_to_runs_hparams_dataset():
@@ -548,7 +577,7 @@ def test_eval_with_too_many_checkpoints_to_average_exits(tmp_path, monkeypatch):
         seen["average_last"] = average_last
         raise ValueError("Cannot average the last 7 checkpoints")
 
-    monkeypatch.setattr(run_dir, "restore_model", fake_restore)
+    monkeypatch.setattr(model_io, "restore_model", fake_restore)
     write_text_atomically(
         run_dir.hparams_path(tmp_path), config.to_json(hparams.get("tiny"))
     )
@@ -575,7 +604,7 @@ def _saved_run(tmp_path, monkeypatch):
         seen.setdefault("splits", []).append(split)
         return [("1", "one")]
 
-    monkeypatch.setattr(run_dir, "restore_model", fake_restore)
+    monkeypatch.setattr(model_io, "restore_model", fake_restore)
     monkeypatch.setattr(commands.sources, "load_pairs", fake_load_pairs)
     monkeypatch.setattr(commands, "attention_images", lambda *args: 0)
 
@@ -708,7 +737,8 @@ def test_the_library_never_imports_the_hparams_sets(tmp_path):
     script = (
         "import sys, tfattn, tfattn.training, tfattn.decoding.evaluation, "
         "tfattn.export, tfattn.decoding.translate, tfattn.training.run_dir, "
-        "tfattn.training.distribute, tfattn.config, tfattn.data.sources; "
+        "tfattn.training.model_io, tfattn.training.distribute, tfattn.config, "
+        "tfattn.data.sources, tfattn.cli.flags, tfattn.cli.exits; "
         "print('hparams' in sys.modules)"
     )
     out = subprocess.run(

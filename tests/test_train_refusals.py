@@ -10,6 +10,7 @@ import train
 from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
 from tests.test_train_errors import _main
 from tfattn import training
+from tfattn.training import model_io
 from tfattn.training import run_dir
 
 def _usage(capsys, *args):
@@ -42,7 +43,7 @@ def no_training(monkeypatch):
         raise AssertionError("work started before the refusal")
 
     monkeypatch.setattr(training, "train_prepared", reached)
-    monkeypatch.setattr(run_dir, "restore_model", reached)
+    monkeypatch.setattr(model_io, "restore_model", reached)
 
 
 @pytest.mark.parametrize("mode", ["eval", "export"])

@@ -31,6 +31,7 @@ from tfattn import config
 from tfattn.cli import errors
 from tfattn.training import checkpoints
 from tfattn.utils.validation import echo
+from tfattn.export.ctranslate2_spec import EXPORTABLE_FLAVORS
 
 __all__ = [
     "TRAIN",
@@ -92,7 +93,6 @@ COMBINED_FLAGS = tuple(dict.fromkeys(
     ("mode", "strategy") + tuple(MODE_FLAGS) + NON_EMPTY_FLAGS))
 # CTranslate2 maps these flavours and this feed-forward activation
 # (`tfattn.export.ctranslate2_spec`).
-_CTRANSLATE2_FLAVORS = ("paper", "reference_2019")
 _CTRANSLATE2_ACTIVATION = "relu"
 # What each task's model is called in a message.
 _MODEL_OF = {"translation": "translation model",
@@ -400,10 +400,10 @@ def _check_export(command, hp, directory):
             f"{shown}: CTranslate2 serves translators and generators, not "
             "masked language models (task 'masked_lm'); export the "
             "SavedModel (--export_format=saved_model).")
-    if hp is not None and hp.flavor not in _CTRANSLATE2_FLAVORS:
+    if hp is not None and hp.flavor not in EXPORTABLE_FLAVORS:
         raise errors.UsageError(
             f"{shown}: flavor {hp.flavor!r} has no CTranslate2 mapping "
-            f"(exportable: {', '.join(_CTRANSLATE2_FLAVORS)}); export the "
+            f"(exportable: {', '.join(EXPORTABLE_FLAVORS)}); export the "
             "SavedModel (--export_format=saved_model).")
     if hp is not None and hp.activation != _CTRANSLATE2_ACTIVATION:
         raise errors.UsageError(

@@ -33,6 +33,7 @@ from tfattn.cli.errors import training_advice
 from tfattn.training import memory
 from tfattn.training import precision
 from tfattn.training import preparation
+from tfattn.training import model_io
 from tfattn.training import run_dir
 from tfattn import training
 from tfattn.data import sources
@@ -293,8 +294,8 @@ def run_eval(command, report=logging.info):
             command, report, decoding_settings(command)[1])
     spec, directory = command.dataset, command.model_dir
     decoding, average = decoding_settings(command)
-    model, tokenizer, _ = run_dir.restore_model(directory,
-                                                average_last=average)
+    model, tokenizer, _ = model_io.restore_model(directory,
+                                                 average_last=average)
     split = command.eval_split
     pairs = sources.load_pairs(spec, split)
     references = None
@@ -394,8 +395,8 @@ def run_export(command, report=logging.info):
     if command.dataset.monolingual:
         return _monolingual_module(command).run_export(
             command, export_dir, overwrite, report, average)
-    model, tokenizer, _ = run_dir.restore_model(directory,
-                                                average_last=average)
+    model, tokenizer, _ = model_io.restore_model(directory,
+                                                 average_last=average)
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes, or export on a machine "
             "with more memory; nothing was replaced in " + export_dir)):

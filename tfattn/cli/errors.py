@@ -7,7 +7,8 @@ traceback only when asked (`--debug`). Expected failures are bad input and
 an unusable environment: `ValueError` (bad values, undecodable text),
 `OSError` (missing, unreadable or unwritable files and directories, bad
 gzip files), `EOFError` (truncated archives) and TensorFlow's `OpError`
-(unreadable checkpoints, data the input pipeline cannot parse).
+(unreadable checkpoints, data the input pipeline cannot parse). The line
+is the error as `describe` (from `tfattn.utils.messages`) says it.
 
 Out of memory (`tf.errors.ResourceExhaustedError`, or Python's
 `MemoryError`) inside `guard_memory(what, advice)` becomes `OutOfMemory`:
@@ -21,6 +22,9 @@ import re
 
 import tensorflow as tf
 
+from tfattn.training import checkpoints
+from tfattn.utils.messages import describe
+
 __all__ = [
     "UsageError",
     "OutOfMemory",
@@ -28,17 +32,13 @@ __all__ = [
     "name_hparams_fields",
     "out_of_memory",
     "guard_memory",
-    "describe",
     "describe_flag_error",
     "command_line_failure",
     "training_advice",
     "decoding_advice",
+    # Re-exported from tfattn.utils.messages.
+    "describe",
 ]
-
-# The longest message line printed, and the longest unbroken run of
-# characters (a value echoed whole, such as a 1 MB override) kept in it.
-_MAX_MESSAGE = 2000
-_MAX_RUN = 120
 
 
 class UsageError(ValueError):
@@ -52,7 +52,6 @@ class OutOfMemory(RuntimeError):
 EXPECTED = (ValueError, OSError, EOFError, ImportError, tf.errors.OpError,
             OutOfMemory)
 _SHAPE = re.compile(r"shape\s*\[([0-9,\s]*)\]")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _ARGUMENT = re.compile(r"for argument `(\w+)`")
 
 
@@ -121,41 +120,6 @@ def guard_memory(what, advice):
     except (tf.errors.ResourceExhaustedError, MemoryError) as error:
         text = advice() if callable(advice) else advice
         raise out_of_memory(error, what, text) from error
-
-
-def _cut(match):
-    run = match.group(0)
-    return f"{run[:_MAX_RUN]}... ({len(run):,} characters)"
-
-
-def describe(error):
-    """`error` as one line that names what it can (file, op message).
-
-    Args:
-        error: BaseException. The error to describe.
-
-    Returns:
-        str. One line without terminal escapes. A TensorFlow op's message
-        (without its graph and stack lines), `FILE: STRERROR` for an
-        `OSError` naming a file, else `str(error)` (or the type's name);
-        long unbroken runs and lines over 2000 characters are cut, with
-        their length said.
-    """
-    if isinstance(error, tf.errors.OpError):
-        # The op's message, without the graph and stack lines that follow.
-        text = error.message.strip().split("\n\n")[0]
-    elif isinstance(error, OSError) and error.filename and error.strerror:
-        # An OSError holds a filename only beside an errno and its strerror.
-        text = f"{error.filename}: {error.strerror}"
-    else:
-        text = str(error) or type(error).__name__
-    # Keras formats some messages with terminal bold; a log gets plain text.
-    text = _ANSI.sub("", text)
-    text = re.sub(r"\s*\n\s*", " ", text).strip()
-    text = re.sub(rf"\S{{{_MAX_RUN + 1},}}", _cut, text)
-    if len(text) > _MAX_MESSAGE:
-        text = text[:_MAX_MESSAGE] + f"... ({len(text):,} characters)"
-    return text
 
 
 def describe_flag_error(error, flag_values):
@@ -231,9 +195,6 @@ def training_advice(hp, model_dir):
     Returns:
         str. The advice, for `errors.guard_memory`.
     """
-    # `training.checkpoints` reports through this module: imported here.
-    from tfattn.training import checkpoints
-
     latest = checkpoints.latest(model_dir)
     kept = (f"it resumes from {os.path.basename(latest)}, which is kept"
             if latest else "no checkpoint was written yet")

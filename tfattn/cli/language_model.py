@@ -5,7 +5,7 @@ from absl import logging
 
 from tfattn.cli import errors
 from tfattn.data import sources
-from tfattn.training import run_dir
+from tfattn.training import model_io
 
 __all__ = ["report_continuations", "run_eval", "run_export"]
 
@@ -50,7 +50,7 @@ def run_eval(command, report=logging.info, average_last=1):
         dict. The metrics of `lm_evaluation.evaluate_language_model`.
     """
     from tfattn.decoding import lm_evaluation
-    model, tokenizer, _ = run_dir.restore_model(
+    model, tokenizer, _ = model_io.restore_model(
         command.model_dir, average_last=average_last)
     split = command.eval_split
     texts = [t for _, t in sources.load_pairs(command.dataset, split)]
@@ -90,8 +90,8 @@ def run_export(command, export_dir, overwrite, report=logging.info,
         errors.OutOfMemory: the export ran out of memory.
     """
     from tfattn import export
-    model, tokenizer, hp = run_dir.restore_model(command.model_dir,
-                                                 average_last=average_last)
+    model, tokenizer, hp = model_io.restore_model(command.model_dir,
+                                                  average_last=average_last)
     ctranslate2 = command.export_format == "ctranslate2"
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes; nothing was replaced in "

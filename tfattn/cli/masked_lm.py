@@ -6,7 +6,7 @@ from absl import logging
 from tfattn.cli import errors
 from tfattn.data import sources
 from tfattn.data.masking import masker_for
-from tfattn.training import run_dir
+from tfattn.training import model_io
 
 __all__ = ["report_fillings", "run_eval", "run_export"]
 
@@ -57,7 +57,7 @@ def run_eval(command, report=logging.info, average_last=1):
         dict. The metrics of `mlm_evaluation.evaluate_masked_lm`.
     """
     from tfattn.decoding import mlm_evaluation
-    model, tokenizer, hp = run_dir.restore_model(
+    model, tokenizer, hp = model_io.restore_model(
         command.model_dir, average_last=average_last)
     split = command.eval_split
     texts = [t for _, t in sources.load_pairs(command.dataset, split)]
@@ -102,8 +102,8 @@ def run_export(command, export_dir, overwrite, report=logging.info,
             "--export_format=ctranslate2: CTranslate2 serves translators "
             "and generators, not masked language models; export the "
             "SavedModel (--export_format=saved_model)")
-    model, tokenizer, _ = run_dir.restore_model(command.model_dir,
-                                                average_last=average_last)
+    model, tokenizer, _ = model_io.restore_model(command.model_dir,
+                                                 average_last=average_last)
     with errors.guard_memory("exporting", lambda: (
             "free memory used by other processes; nothing was replaced in "
             + export_dir)):

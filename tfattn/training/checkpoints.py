@@ -22,8 +22,8 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from tfattn.cli import errors
 from tfattn.utils.files import write_text_atomically
+from tfattn.utils.messages import describe
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -61,7 +61,7 @@ def _listed(model_dir):
     except (tf.errors.OpError, ValueError, UnicodeDecodeError) as error:
         logging.warning("%s: the checkpoint index does not parse (%s).",
                         os.path.join(model_dir, "checkpoint"),
-                        errors.describe(error))
+                        describe(error))
         return None
     if state is None:
         return None
@@ -126,14 +126,15 @@ def unreadable(prefix):
         prefix: str. A checkpoint prefix.
 
     Returns:
-        str or None. The read error, as one line (`errors.describe`).
+        str or None. The read error, as one line
+        (`tfattn.utils.messages.describe`).
     """
     try:
         reader = tf.train.load_checkpoint(prefix)
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as error:  # noqa: BLE001 (any failure to read)
-        return errors.describe(error)
+        return describe(error)
     return None
 
 

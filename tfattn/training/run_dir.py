@@ -1,5 +1,5 @@
-"""The model directory of a run: its hparams file, its checkpoints, and the
-model they hold::
+"""The model directory of a run: its lock, its hparams file and the paths
+of what it holds::
 
     model_dir/hparams.json          the resolved hparams (reused on resume)
     model_dir/precision.json        the precision chosen at the first start
@@ -10,29 +10,30 @@ model they hold::
     model_dir/.lock                 who is using it (`hold`)
 
 - `hold`: one process at a time writes into a model directory.
+- `hparams_path` / `load_saved_hparams`: the saved hparams.
 - `resolve_hparams`: the hparams a run uses, checked against the saved ones.
-- `build_model` / `restore_model`: a `Transformer` for the hparams, and one
-  holding the latest checkpoint's (or the average of the last N's) weights.
+
+The model the directory holds (`build_model`, `model_weights`,
+`restore_model`: the latest checkpoint's weights, or the average of the
+last N's) lives in `tfattn.training.model_io`, which reads the directory
+through this module; the three names are still reachable here
+(`run_dir.restore_model(...)`), loaded on first use.
 """
 
 import contextlib
 import dataclasses
 import fcntl
+import importlib
 import json
 import os
 import socket
 import sys
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfattn.training import checkpoints
 from tfattn import config
-from tfattn.data.tokenizer import load_tokenizer
-from tfattn.models import CausalLM
-from tfattn.models import MaskedLM
-from tfattn.models import Transformer
+from tfattn.training import checkpoints
 
 __all__ = [
     "HPARAMS_FILENAME",
@@ -43,15 +44,23 @@ __all__ = [
     "hparams_path",
     "load_saved_hparams",
     "resolve_hparams",
-    "build_model",
-    "model_weights",
-    "restore_model",
 ]
 
 HPARAMS_FILENAME = "hparams.json"
 CHECKPOINT_NAME = checkpoints.CHECKPOINT_NAME
 LOCK_FILENAME = ".lock"
 _held = {}  # real path -> lock file descriptor, for re-entry
+# Names that moved to `model_io`, handed on when first asked for: `model_io`
+# imports this module, so importing it here at load would be a circle.
+_MOVED = ("build_model", "model_weights", "restore_model")
+
+
+def __getattr__(name):
+    """`model_io`'s `build_model`, `model_weights`, `restore_model`."""
+    if name in _MOVED:
+        return getattr(importlib.import_module("tfattn.training.model_io"),
+                       name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ModelDirInUse(RuntimeError):
@@ -253,112 +262,3 @@ def resolve_hparams(model_dir, requested=None):
             "overrides), or train in a new --model_dir.")
     changes = {n: getattr(requested, n) for n in config.RESUMABLE_FIELDS}
     return dataclasses.replace(saved, **changes)
-
-
-def build_model(hp, vocab_size, seed=None, mixed_precision=None):
-    """A built model for the hparams (call it in a strategy scope): a
-    `Transformer` (task "translation"), a `CausalLM` ("language_model") or a
-    `MaskedLM` ("masked_lm").
-
-    Args:
-        hp: HParams.
-        vocab_size: int. The trained tokenizer's size (source and target).
-        seed: int or None. Seeds the weight initialisation and dropout.
-        mixed_precision: str or None. The Keras dtype policy name (e.g.
-            `"mixed_bfloat16"`); None is float32.
-
-    Returns:
-        Transformer, CausalLM or MaskedLM. Built by a call on a dummy batch.
-    """
-    model_class = {"language_model": CausalLM,
-                   "masked_lm": MaskedLM}.get(hp.task, Transformer)
-    model = model_class(**config.model_kwargs(hp, vocab_size), seed=seed,
-                        dtype=mixed_precision or "float32")
-    dummy = tf.ones([1, 2], tf.int32)
-    if hp.task == "masked_lm":
-        model({"token_ids": dummy, "mask_positions": dummy}, training=False)
-    else:
-        model({"source": dummy, "target_in": dummy}, training=False)
-    return model
-
-
-def model_weights(model):
-    """The model's weights by Keras path, for `tf.train.Checkpoint`.
-
-    `tf.train.Checkpoint(model=model)` does not reach sublayers that a Keras
-    3 layer holds in a list (the encoder's and decoder's blocks): Keras
-    tracks such lists itself and hides them from TensorFlow's checkpoint
-    graph, so those weights would be saved only through the optimizer's
-    slots and lost when restoring the model alone. Checkpointing this dict
-    names every weight explicitly, by its path below the model (without the
-    model's own name, which Keras numbers per process: `transformer_1`).
-
-    Args:
-        model: a built `keras.Model`.
-
-    Returns:
-        dict of weight path (below the model) to variable.
-    """
-    return {weight.path.split("/", 1)[1]: weight for weight in model.weights}
-
-
-def restore_model(model_dir, average_last=1):
-    """The model of `model_dir`'s latest checkpoint(s), for inference.
-
-    Args:
-        model_dir: str.
-        average_last: int. Average the weights of the last this many
-            checkpoints that `model_dir` keeps (the paper averages the last
-            5 of a base run, §6.1); 1 takes the latest alone.
-
-    Returns:
-        (model, tokenizer, hparams): a built `Transformer` holding the
-        checkpoint's (or average's) weights, its `SubwordTokenizer` and its
-        HParams.
-
-    Raises:
-        FileNotFoundError: no hparams, vocabulary or checkpoint there.
-        ValueError: `average_last` is not a positive int, or more than the
-            checkpoints kept.
-    """
-    model_dir = str(model_dir)
-    if (isinstance(average_last, bool) or not isinstance(average_last, int)
-            or average_last < 1):
-        raise ValueError(
-            "Received an invalid value for argument `average_last`, expected "
-            f"a positive int. Received: average_last={average_last!r}")
-    hp = load_saved_hparams(model_dir)
-    newest = checkpoints.latest(model_dir) if hp is not None else None
-    if newest is None:
-        raise FileNotFoundError(
-            f"{model_dir} holds no trained model (hparams.json and a "
-            "checkpoint); train one first (--mode=train).")
-    paths = [p for p in checkpoints.all_checkpoints(model_dir)
-             if checkpoints.step_of(p) <= checkpoints.step_of(newest)]
-    if average_last > len(paths):
-        raise ValueError(
-            f"Cannot average the last {average_last} checkpoints: "
-            f"{model_dir} keeps {len(paths)} ({', '.join(paths)}). Received: "
-            f"average_last={average_last}")
-    tokenizer = load_tokenizer(model_dir)
-    model = build_model(hp, tokenizer.vocab_size)
-    checkpoint = tf.train.Checkpoint(model=model_weights(model))
-    total = None
-    for path in paths[-average_last:]:
-        problem = path != newest and checkpoints.unreadable(path)
-        if problem:
-            raise ValueError(f"Cannot average the last {average_last} "
-                             f"checkpoints: {path} does not read back "
-                             f"({problem}). Received: average_last="
-                             f"{average_last}")
-        checkpoint.restore(path).assert_existing_objects_matched(
-        ).expect_partial()
-        values = [w.numpy().astype(np.float64) for w in model.weights]
-        total = values if total is None else [
-            t + v for t, v in zip(total, values)]
-    if average_last > 1:
-        for weight, value in zip(model.weights, total):
-            weight.assign((value / average_last).astype(weight.dtype))
-    logging.info("Restored the model of %s.", ", ".join(
-        paths[-average_last:]) if average_last > 1 else paths[-1])
-    return model, tokenizer, hp

@@ -22,7 +22,7 @@ from tfattn import losses
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.models import Transformer
 from tfattn.training.optimization import build_optimizer
-from tfattn.training.run_dir import build_model
+from tfattn.training.model_io import build_model
 
 __all__ = [
     "CrossEntropyObjective",

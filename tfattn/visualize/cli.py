@@ -85,14 +85,14 @@ def run(model_dir, text, output_dir, layers="all", heads="all",
     import numpy as np
 
     from tfattn import config
-    from tfattn.training import run_dir
+    from tfattn.training import model_io
     from tfattn import visualize
 
     if not text.strip():
         raise ValueError("--text is empty: give a source sentence.")
     check_output_dir(output_dir)
     visualize.plot.require_matplotlib()
-    model, tokenizer, hp = run_dir.restore_model(
+    model, tokenizer, hp = model_io.restore_model(
         model_dir, average_last=average_checkpoints)
     layer_ids = parse_indices("layers", layers, hp.num_layers, "layer(s)")
     head_ids = parse_indices("heads", heads, hp.num_heads, "head(s)")
