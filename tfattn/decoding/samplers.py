@@ -164,6 +164,22 @@ class TokenSampler(Sampler):
 
     def search(self, step_fn, initial_ids, initial_cache, max_length,
                stop_ids, seed=0, max_lengths=None):
+        """The per-token loop (the class docstring); `Sampler.search`'s
+        arguments.
+
+        Args:
+            step_fn: callable `(ids [B] int32, position, cache) ->
+                (logits [B, V], new_cache)`.
+            initial_ids: int tensor [B].
+            initial_cache: nested tensors with leading axis B, or None.
+            max_length: Python int L.
+            stop_ids: int or tuple of ints.
+            seed: int, scalar int tensor or int32 words [2].
+            max_lengths: int tensor [B] or None.
+
+        Returns:
+            `(ids int32 [B, L], scores float32 [B])`.
+        """
         initial_ids, cache, max_length, stop_ids, max_lengths = _validate(
             "sample_search", step_fn, initial_ids, initial_cache, max_length,
             stop_ids, max_lengths)
@@ -331,6 +347,23 @@ class BeamSampler(Sampler):
 
     def search(self, step_fn, initial_ids, initial_cache, max_length,
                stop_ids, seed=0, max_lengths=None):
+        """`beam_search` with this sampler's beams and length penalty
+        (`Sampler.search`'s arguments; `seed` is not used).
+
+        Args:
+            step_fn: callable `(ids [B*K] int32, position, cache) ->
+                (logits [B*K, V], new_cache)`.
+            initial_ids: int tensor [B].
+            initial_cache: nested tensors with leading axis B, or None.
+            max_length: Python int L.
+            stop_ids: int or tuple of ints.
+            seed: unused (beam search draws nothing).
+            max_lengths: int tensor [B] or None.
+
+        Returns:
+            `(ids int32 [B, L], scores float32 [B])`: each row's best beam
+            and its length-penalised score.
+        """
         return beam_search(step_fn, initial_ids, initial_cache, max_length,
                            stop_ids, beam_size=self.beam_size,
                            alpha=self.alpha, max_lengths=max_lengths)

@@ -63,7 +63,7 @@ SAMPLE_SIGNATURE_KEY = "sample"
 _PROMPTS = tf.TensorSpec([None], tf.string, name="prompts")
 
 
-class _TensorTopP(samplers.Sampler):
+class _TensorTopP(samplers.TokenSampler):
     """`TopPSampler` whose settings are graph tensors (the `sample`
     signature's inputs, checked in the graph): the same draw,
     `samplers.top_p_choice`."""
