@@ -426,3 +426,27 @@ def test_units():
     assert unit_of("tfattn") == "tfattn"
     assert unit_of("tfattn.visualize.__main__") == "tfattn.visualize.__main__"
     assert level_of("tfattn.visualize.__main__", LAYERS) == len(LAYERS)
+
+
+# Test files that belong to no one subpackage: the loose modules
+# (functional, losses, schedules) and the repository-wide checks.
+UNPREFIXED_TESTS = {
+    "test_functional.py", "test_losses.py", "test_schedules.py",
+    "test_docstrings.py", "test_readme.py", "test_import_graph.py",
+    "test_bench_scripts.py", "test_cpu_limits.py", "test_backend_guard.py",
+    "test_reference_numpy.py",
+}
+
+
+def test_test_files_mirror_the_package():
+    """tests/test_<subpackage>_<what>.py for every subpackage's tests, so
+    the tests of `tfattn.X` sort together (issue 58)."""
+    subpackages = sorted(
+        name for name in os.listdir(os.path.join(REPO, PACKAGE))
+        if os.path.isfile(os.path.join(REPO, PACKAGE, name, "__init__.py")))
+    tests = sorted(name for name in os.listdir(os.path.join(REPO, "tests"))
+                   if name.startswith("test_") and name.endswith(".py"))
+    strays = [name for name in tests if name not in UNPREFIXED_TESTS
+              and not any(name.startswith(f"test_{p}_") for p in subpackages)]
+    assert not strays, f"name them test_<subpackage>_...: {strays}"
+    assert len(tests) > len(UNPREFIXED_TESTS)

@@ -22,9 +22,9 @@ Two BLEU scores, and why both:
    the same three steps with sacremoses (`MosesPunctNormalizer(L,
    perl_parity=True)`, `MosesTokenizer(L)` with XML escaping), which
    reproduces all 62,028 lines of the tok/ files of the three splits from
-   the raw files (`tests/test_evaluation.py`), and are scored against the
-   tok/ references with `tokenize='none'`, which is what `multi-bleu.perl`
-   computes.
+   the raw files (`tests/test_decoding_evaluation.py`), and are scored
+   against the tok/ references with `tokenize='none'`, which is what
+   `multi-bleu.perl` computes.
 
    Caveat: the obvious shortcut, sacreBLEU's `13a` tokeniser on lowercased
    plain text scored against the tok/ references, is *not* the same: on the

@@ -3,7 +3,7 @@
 The Python path (`lm_evaluation.continue_details`), the SavedModel
 (`tfattn.export.load_language_model`) and the CTranslate2 generator
 (`tfattn.export.load_ctranslate2_generator`) answer the same input the
-same way; `tests/test_lm_serving_contract.py` runs one table of cases
+same way; `tests/test_decoding_lm_serving.py` runs one table of cases
 against each engine.
 
 Input, from Python: `prompts`, a list or tuple of `str`.

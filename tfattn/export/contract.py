@@ -3,7 +3,7 @@
 The SavedModel (`load_translator`), the CTranslate2 directory
 (`load_ctranslate2`) and the Python path
 (`tfattn.decoding.translate.translate_texts`)
-answer the same input the same way; `tests/test_serving_contract.py` runs one
+answer the same input the same way; `tests/test_export_contract.py` runs one
 set of cases against each engine.
 
 Input, from Python: a list or tuple of `str`.

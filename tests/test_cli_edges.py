@@ -1,6 +1,6 @@
 """The edges, tried from outside (issue 42): nothing left behind by a killed
 or refused command, and errors that name what the caller passed. (The
-serving engines' shared contract is `tests/test_serving_contract.py`.)"""
+serving engines' shared contract is `tests/test_export_contract.py`.)"""
 
 import os
 import signal
@@ -17,9 +17,9 @@ import tensorflow as tf
 import hparams
 import tfattn
 from tests.harness import copy_to_keras_attention
-from tests.test_train_cli import REPO
-from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
-from tests.test_train_errors import _main
+from tests.test_cli_train import REPO
+from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
+from tests.test_cli_train_errors import _main
 from tfattn import config
 from tfattn.cli import errors
 from tfattn.utils import files

@@ -460,7 +460,7 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path, caplog):
     )
     assert status == -signal.SIGKILL
     # The killed run held the model directory's lock (it could not release
-    # it; the resume below takes it over, as test_model_dir_safety.py's
+    # it; the resume below takes it over, as test_training_run_dir.py's
     # dead-process test shows in detail).
     holder = json.loads((model_dir / ".lock").read_text())
     assert holder["pid"] == pids[0] and "train.py" in holder["command"]
@@ -483,7 +483,8 @@ def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path, caplog):
     )
     # The resumed model restores whole, as eval and export restore it
     # (every saved object matched), and translates. Exporting a restored
-    # model is the end-to-end test's (--mode=all) and test_export.py's.
+    # model is the end-to-end test's (--mode=all) and
+    # test_export_saved_model.py's.
     model, tokenizer, _ = run_dir.restore_model(model_dir)
     (translation,) = translate.translate_texts(
         model, tokenizer, ["12"], beam_size=1

@@ -1,11 +1,12 @@
 """The layers, ops and losses on whichever Keras backend runs the suite.
 
 Every test here uses NumPy, Keras and tfattn only, so that the file passes
-both as `python -m pytest tests/test_backend_layers.py` (TensorFlow) and as
-`KERAS_BACKEND=jax python -m pytest tests/test_backend_layers.py`. Outputs
-are compared with NumPy formulas (tests/reference_numpy.py, or the closed
-forms written below), never with tfattn's own code; gradients are taken by
-the running backend's own autodiff (`_gradients`).
+both as `python -m pytest tests/test_layers_on_every_backend.py`
+(TensorFlow) and as `KERAS_BACKEND=jax python -m pytest
+tests/test_layers_on_every_backend.py`. Outputs are compared with NumPy
+formulas (tests/reference_numpy.py, or the closed forms written below),
+never with tfattn's own code; gradients are taken by the running backend's
+own autodiff (`_gradients`).
 
 Tolerances: float32 sums of n terms taken in two orders differ by about
 n · EPS relative to the sum of the terms' magnitudes (EPS = float32's

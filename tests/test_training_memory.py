@@ -10,7 +10,7 @@ from absl import flags
 
 import hparams
 import train
-from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
+from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tfattn.training import memory
 from tfattn.training import run_dir
 

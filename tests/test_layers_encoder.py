@@ -17,7 +17,7 @@ from tests.harness import SETUPS
 from tests.harness import CONTRACT_SETUPS
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
-from tests.test_encoder_block import keras_hub_encoder
+from tests.test_layers_encoder_block import keras_hub_encoder
 from tests.harness import randomize_weights as _randomize
 from tests.harness import dense_params as _dense
 from tests.harness import norm_params as _ln

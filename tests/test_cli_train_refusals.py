@@ -7,8 +7,8 @@ with the flag (`--FLAG=VALUE: reason`)."""
 import pytest
 
 import train
-from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
-from tests.test_train_errors import _main
+from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
+from tests.test_cli_train_errors import _main
 from tfattn import training
 from tfattn.training import model_io
 from tfattn.training import run_dir
@@ -24,7 +24,7 @@ def _usage(capsys, *args):
 def _saved(model_dir, name, overrides="", steps=()):
     """A model dir holding set `name`'s hparams.json (and checkpoints)."""
     import hparams
-    from tests.test_model_dir_safety import _write_checkpoints
+    from tests.test_training_run_dir import _write_checkpoints
     from tfattn import config
     from tfattn.utils.files import write_text_atomically
 

@@ -16,7 +16,7 @@ from tests.harness import SETUPS
 from tests.harness import CONTRACT_SETUPS
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
-from tests.test_decoder_block import keras_hub_decoder
+from tests.test_layers_decoder_block import keras_hub_decoder
 from tests.harness import randomize_weights as _randomize
 
 B, T, S, C, H, F, N = 2, 5, 6, 8, 2, 16, 2
@@ -210,7 +210,7 @@ def test_future_positions_do_not_leak(flavor, normalize_first):
 
 
 # Every flavour with and without cross-attention is covered block by block in
-# test_decoder_block.py; here the per-block caches of a two-block stack.
+# test_layers_decoder_block.py; here the per-block caches of a two-block stack.
 @pytest.mark.parametrize(
     "flavor,normalize_first,cross",
     [setup + (True,) for setup in SETUPS] + [("paper", True, False)],

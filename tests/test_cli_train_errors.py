@@ -13,8 +13,8 @@ import tensorflow as tf
 from absl import flags
 
 import train
-from tests.test_train_cli import REPO
-from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
+from tests.test_cli_train import REPO
+from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tfattn.training import checkpoints
 from tfattn.decoding import evaluation
 from tfattn import export

@@ -11,7 +11,7 @@ import tensorflow as tf
 from absl import flags
 
 import train
-from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
+from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tfattn.training import memory
 from tfattn.training import precision
 from tfattn import training

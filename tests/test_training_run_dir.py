@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.test_training import TEST_HPARAMS
-from tests.test_training import checkpoint_steps
-from tests.test_training import checkpoint_value
+from tests.test_training_loop import TEST_HPARAMS
+from tests.test_training_loop import checkpoint_steps
+from tests.test_training_loop import checkpoint_value
 from tfattn.training import checkpoints
 from tfattn.training import run_dir
 from tfattn import training
@@ -192,7 +192,7 @@ def test_training_resumes_without_the_index_and_past_a_truncated_one(tmp_path):
 @pytest.mark.slow
 def test_train_py_on_a_model_dir_in_use_is_refused(tmp_path):
     """This process holds the lock, as a training train.py does (the SIGKILL
-    test in test_train_cli.py reads a running train.py's lock); train.py on
+    test in test_cli_train.py reads a running train.py's lock); train.py on
     the same directory stops with one line naming the holder."""
     model_dir = tmp_path / "run"
     command = [

@@ -14,8 +14,8 @@ import tensorflow as tf
 from absl import flags
 
 import hparams
-from tests.test_train_cli import saved_flags  # noqa: F401 (autouse)
-from tests.test_train_errors import _main
+from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
+from tests.test_cli_train_errors import _main
 from tfattn import config
 from tfattn.decoding import mlm_evaluation
 from tfattn.models import MaskedLM
