@@ -507,3 +507,15 @@ def test_beam_search_scores_are_full_forward_scores_in_every_flavour(
         np.testing.assert_allclose(
             scores[row], _rescore(model, prompt, tokens), atol=1e-4)
         assert scores[row] >= greedy_scores[row] - 1e-4
+
+
+def test_generate_compiles_with_xla_by_default():
+    # Chosen from bench/generation_session.py (docs/benchmarks.md): XLA's
+    # first call costs about a second more, every later one is 2-4x faster.
+    import inspect
+
+    from tfattn.models.transformer import Transformer
+
+    for method in (CausalLM.generate, Transformer.generate):
+        assert inspect.signature(method).parameters[
+            "jit_compile"].default is True

@@ -91,7 +91,7 @@ def _logsumexp(x):
 
 
 def continue_details(model, tokenizer, prompts, max_new_tokens=None,
-                     sampler="greedy", seed=0):
+                     sampler="greedy", seed=0, jit_compile=False):
     """Continues text prompts with `model.generate`, under the serving
     contract of `tfattn.decoding.lm_serving` (the exports answer the same).
 
@@ -105,6 +105,9 @@ def continue_details(model, tokenizer, prompts, max_new_tokens=None,
             most half the model's `max_length`. Pieces generated at most.
         sampler: a sampler or its name (`CausalLM.generate`).
         seed: int in [-2**63, 2**63). The draws' seed.
+        jit_compile: bool. Generate under XLA. Defaults to `False`, the
+            SavedModel's path: XLA draws from another random stream, so
+            only without it do a seed's samples equal the export's.
 
     Returns:
         `lm_serving.Continuations`: the generated text only, its
@@ -116,7 +119,7 @@ def continue_details(model, tokenizer, prompts, max_new_tokens=None,
     """
     rows, ids, scores, truncated = _generate(
         model, tokenizer, prompts, max_new_tokens, sampler, seed,
-        "continue_details", strip_prompt=True)
+        "continue_details", strip_prompt=True, jit_compile=jit_compile)
     if not rows:
         return lm_serving.Continuations([], [], [])
     return lm_serving.Continuations(
@@ -124,7 +127,7 @@ def continue_details(model, tokenizer, prompts, max_new_tokens=None,
 
 
 def continue_texts(model, tokenizer, prompts, max_new_tokens=None,
-                   sampler="greedy", seed=0):
+                   sampler="greedy", seed=0, jit_compile=False):
     """Each prompt followed by its continuation (`continue_details`),
     decoded together (a continuation may go on with the prompt's last
     word).
@@ -137,6 +140,8 @@ def continue_texts(model, tokenizer, prompts, max_new_tokens=None,
             most half the model's `max_length`).
         sampler: a sampler or its name (`CausalLM.generate`).
         seed: int in [-2**63, 2**63). The draws' seed.
+        jit_compile: bool. Generate under XLA (`continue_details`).
+            Defaults to `False`.
 
     Returns:
         list of str: the prompt as read (its window, see
@@ -145,12 +150,12 @@ def continue_texts(model, tokenizer, prompts, max_new_tokens=None,
     """
     rows, ids, _, _ = _generate(
         model, tokenizer, prompts, max_new_tokens, sampler, seed,
-        "continue_texts", strip_prompt=False)
+        "continue_texts", strip_prompt=False, jit_compile=jit_compile)
     return _decoded(tokenizer, ids) if rows else []
 
 
 def _generate(model, tokenizer, prompts, max_new_tokens, sampler, seed,
-              context, strip_prompt):
+              context, strip_prompt, jit_compile):
     """(windowed rows, generated ids, scores, truncated) of `prompts`."""
     prompts = checked_texts(prompts, context, name="prompts")
     if max_new_tokens is None:
@@ -164,7 +169,8 @@ def _generate(model, tokenizer, prompts, max_new_tokens, sampler, seed,
         pieces, model.max_length - max_new_tokens)
     ids, scores = model.generate(rows, max_new_tokens=max_new_tokens,
                                  sampler=sampler, seed=seed,
-                                 strip_prompt=strip_prompt)
+                                 strip_prompt=strip_prompt,
+                                 jit_compile=jit_compile)
     return rows, ids, scores, truncated
 
 

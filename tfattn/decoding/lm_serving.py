@@ -29,8 +29,8 @@ sum of the model's log-probabilities of the generated pieces, end-of-text
 included where emitted, over the vocabulary less padding, which no engine
 emits; float32 engines agree to about 1e-5) and `truncated`. Greedy
 continuations are the same text in every engine; sampled ones are the same
-in Python and the SavedModel for the same seed (CTranslate2 has its own
-random stream).
+in Python (without XLA, `continue_details`' default) and the SavedModel
+for the same seed (XLA and CTranslate2 have random streams of their own).
 
 The SavedModel's signatures take `prompts`, a `[B]` `tf.string` tensor,
 from any client: another rank, or bytes that are not UTF-8, fail in the

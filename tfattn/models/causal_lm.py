@@ -226,7 +226,7 @@ class CausalLM(keras.Model):
 
     def generate(self, prompts, max_new_tokens=32, sampler="greedy",
                  stop_token_ids=(EOS_ID,), seed=0, strip_prompt=True,
-                 jit_compile=False):
+                 jit_compile=True):
         """Continues prompts: the prompts are prefilled into the key/value
         cache in one forward pass, then one token per step is chosen by
         `sampler`, every step inside one compiled while-loop.
@@ -258,7 +258,12 @@ class CausalLM(keras.Model):
             strip_prompt: bool. Return the continuations only (True), or
                 each prompt followed by its continuation.
             jit_compile: bool. Compile with XLA under TensorFlow (JAX always
-                compiles). Defaults to `False`.
+                compiles). Defaults to `True`: on the AMD EPYC
+                measured (`bench/generation_session.py`) XLA's first call
+                takes 0.8-1.9 s more and every later one is 2-4x faster,
+                so it wins from about the fourth call of a session. XLA
+                draws from another random stream than the plain graph
+                (and the exports): a seed samples other text in each.
 
         Returns:
             `(ids, scores)` as NumPy arrays: ids int32 [B, max_new_tokens]

@@ -356,7 +356,7 @@ class Transformer(keras.Model):
         return ops.where(not_pad[None, :], logits, MASKED_LOGIT), cache
 
     def generate(self, source, max_new_tokens=None, sampler="beam",
-                 stop_token_ids=(EOS_ID,), seed=0, jit_compile=False,
+                 stop_token_ids=(EOS_ID,), seed=0, jit_compile=True,
                  extra_length=50):
         """Translates source ids with `sampler`: beam search by default
         (the paper's 4 beams, length penalty 0.6), or greedy, random,
@@ -386,7 +386,12 @@ class Transformer(keras.Model):
                 `(EOS_ID,)`.
             seed: int in [-2**63, 2**63). The draws' seed (sampling).
             jit_compile: bool. Compile with XLA under TensorFlow (JAX
-                always compiles). Defaults to `False`.
+                always compiles). Defaults to `True`: on the AMD EPYC
+                measured (`bench/generation_session.py`) XLA's first call
+                takes 0.8-1.9 s more and every later one is 2-4x faster,
+                so it wins from about the fourth call of a session. XLA
+                draws from another random stream than the plain graph
+                (and the exports): a seed samples other text in each.
             extra_length: int >= 0. Each row stops at its own source
                 length plus this (the paper's input length + 50).
                 Defaults to `50`.
