@@ -49,6 +49,7 @@ from tfattn.decoding import lm_serving
 from tfattn.decoding import samplers
 from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
+from tfattn.export.saved_model import loaded_export
 from tfattn.utils import files
 from tfattn.utils.texts import checked_texts
 from tfattn.utils.validation import check_positive_int
@@ -283,13 +284,8 @@ class SavedModelLanguageModel:
         """Loads the SavedModel and reads its lengths."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        export_dir = files.checked_path("export_dir", export_dir,
-                                        "load_language_model")
-        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
-            raise FileNotFoundError(
-                f"{export_dir}: no saved_model.pb; not an export of "
-                "tfattn.export.export_language_model")
-        self.module = tf.saved_model.load(export_dir)
+        _, self.module = loaded_export(export_dir, "load_language_model",
+                                       "export_language_model")
         self.signatures = self.module.signatures
         self.max_new_tokens = int(self.module.max_new_tokens.numpy())
         self.max_prompt_length = int(self.module.max_prompt_length.numpy())

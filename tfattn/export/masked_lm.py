@@ -52,6 +52,7 @@ from tfattn.decoding import mlm_evaluation
 from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
 from tfattn.export.language_model import write_export
+from tfattn.export.saved_model import loaded_export
 from tfattn.utils import files
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.texts import checked_texts
@@ -252,14 +253,9 @@ class SavedModelMaskedLM:
         """Loads the SavedModel, its settings and its tokenizer."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        export_dir = files.checked_path("export_dir", export_dir,
-                                        "load_masked_lm")
-        for name in ("saved_model.pb", "spm.model"):
-            if not os.path.isfile(os.path.join(export_dir, name)):
-                raise FileNotFoundError(
-                    f"{export_dir}: no {name}; not an export of "
-                    "tfattn.export.export_masked_lm")
-        self.module = tf.saved_model.load(export_dir)
+        export_dir, self.module = loaded_export(
+            export_dir, "load_masked_lm", "export_masked_lm",
+            files_needed=("saved_model.pb", "spm.model"))
         self.signatures = self.module.signatures
         self.top_k = int(self.module.top_k.numpy())
         self.max_length = int(self.module.max_length.numpy())

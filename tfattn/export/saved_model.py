@@ -60,6 +60,7 @@ __all__ = [
     "ATTENTION_SIGNATURE_KEY",
     "KERAS_FILENAME",
     "SIGNATURE_KEY",
+    "loaded_export",
     "VOCAB_FILENAME",
     "SavedModelTranslator",
     "Translator",
@@ -366,13 +367,8 @@ class SavedModelTranslator:
         """Loads the SavedModel and reads its decoding settings."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        export_dir = files.checked_path("export_dir", export_dir,
-                                        "load_translator")
-        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
-            raise FileNotFoundError(
-                f"{export_dir}: no saved_model.pb; not an export of "
-                "tfattn.export.export_translator")
-        self.module = tf.saved_model.load(export_dir)
+        _, self.module = loaded_export(export_dir, "load_translator",
+                                       "export_translator")
         self.signatures = self.module.signatures
         self.settings = {name: getattr(self.module, name).numpy().item()
                          for name in ("beam_size", "alpha", "extra_length",
@@ -410,6 +406,34 @@ class SavedModelTranslator:
             [t.decode("utf-8") for t in out["translations"].numpy()],
             [float(x) for x in out["scores"].numpy()],
             [bool(x) for x in out["truncated"].numpy()])
+
+
+def loaded_export(export_dir, context, producer,
+                  files_needed=("saved_model.pb",)):
+    """The SavedModel in `export_dir`, checked first: every loader's
+    (`load_translator`, `load_language_model`, `load_masked_lm`) one way.
+
+    Args:
+        export_dir: what the caller passed: a directory path.
+        context: str. The loader, named in the messages.
+        producer: str. The `tfattn.export` function that writes such a
+            directory, named when a file is missing.
+        files_needed: tuple of str. Files the directory must hold.
+
+    Returns:
+        `(export_dir, module)`: the path as a str and the loaded module.
+
+    Raises:
+        ValueError: `export_dir` is not a path (naming it).
+        FileNotFoundError: a needed file is missing.
+    """
+    export_dir = files.checked_path("export_dir", export_dir, context)
+    for name in files_needed:
+        if not os.path.isfile(os.path.join(export_dir, name)):
+            raise FileNotFoundError(
+                f"{export_dir}: no {name}; not an export of "
+                f"tfattn.export.{producer}")
+    return export_dir, tf.saved_model.load(export_dir)
 
 
 def load_translator(export_dir):
