@@ -429,7 +429,8 @@ def test_units():
 
 
 # Test files that belong to no one subpackage: the loose modules
-# (functional, losses, schedules) and the repository-wide checks.
+# (functional, losses, schedules) and the repository-wide checks; the
+# documentation's own checks are test_docs_*.py.
 UNPREFIXED_TESTS = {
     "test_functional.py", "test_losses.py", "test_schedules.py",
     "test_docstrings.py", "test_readme.py", "test_import_graph.py",
@@ -447,6 +448,7 @@ def test_test_files_mirror_the_package():
     tests = sorted(name for name in os.listdir(os.path.join(REPO, "tests"))
                    if name.startswith("test_") and name.endswith(".py"))
     strays = [name for name in tests if name not in UNPREFIXED_TESTS
+              and not name.startswith("test_docs_")
               and not any(name.startswith(f"test_{p}_") for p in subpackages)]
     assert not strays, f"name them test_<subpackage>_...: {strays}"
     assert len(tests) > len(UNPREFIXED_TESTS)

@@ -221,10 +221,10 @@ def _smoothed_cross_entropy(logits, labels, epsilon):
     max(z) - log(max(softmax(z))), exact to rounding and never log(0), as
     the largest probability is at least 1/V; the gradient,
     dCE/dz = softmax(z) - y_s, reuses that softmax instead of recomputing
-    exp(z - logsumexp(z)). With the gradient written out, the loss takes
-    about 0.7x the time of the logsumexp form on CPU, which itself took
-    0.56x the time of differentiating the label gather (a scatter into a
-    dense [..., V] zero tensor); `bench/loss.py`. That is TensorFlow's
+    exp(z - logsumexp(z)). With the gradient written out, the loss runs
+    faster than the logsumexp form on CPU, which itself beats
+    differentiating the label gather (a scatter into a dense [..., V] zero
+    tensor); `bench/loss.py` times the three. That is TensorFlow's
     path; the other backends differentiate `_keras_cross_entropy`.
     """
     if not _backend.is_tensorflow():

@@ -162,7 +162,7 @@ class HParams:
     # R-Drop's weight α of the symmetric KL between two dropout passes of
     # each batch (Liang et al. 2021; the authors' fairseq --reg-alpha);
     # 0 = one pass, the plain cross-entropy. A step then runs every row
-    # twice (1.45x the step of a batch twice as large, bench/README.md).
+    # twice, about the cost of a batch twice as large.
     rdrop_alpha: float
     # Added to the token count that divides the summed loss (2019: 1e-7).
     loss_denominator_epsilon: float

@@ -282,9 +282,9 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
             `overwrite`). Defaults to `None`.
         jit_compile: bool. Compile `serving_default`'s search with XLA
             (sources padded to `max_source_length`; the serving runtime
-            must have XLA, as TensorFlow's Python runtime does). Up to 2.5x
-            the throughput at small batches on a CPU (`bench/export.py`).
-            Defaults to `False`.
+            must have XLA, as TensorFlow's Python runtime does). Gains
+            most at small batches (`bench/export.py`; the Benchmarks
+            page). Defaults to `False`.
 
     Returns:
         str, the absolute `export_dir`.

@@ -19,8 +19,8 @@ class Dropout(keras.layers.Dropout):
       Keras's bfloat16 draw rounds it to 1/128 and so scales its output by
       up to 1.6% too little or too much (0.6% too little at 0.3);
     - half the random bits are drawn, which makes dropout's forward and
-      backward pass 1.4x (float32) to 1.65x (bfloat16) faster on CPU, where
-      the draw is most of its time (`bench/dropout.py`).
+      backward pass faster on CPU, where the draw is most of its time
+      (`bench/dropout.py` times it against Keras's).
 
     The masks differ from Keras's for the same seed, so this is used where
     tfattn owns the randomness (the blocks' residual and feed-forward

@@ -5,14 +5,14 @@ this machine runs it faster, float32 otherwise.
 - GPU: `mixed_bfloat16` from compute capability 8.0 (Ampere) on,
   `mixed_float16` on 7.x (tensor cores, with loss scaling), float32 below.
 - CPU: bfloat16 only where `/proc/cpuinfo` lists a bfloat16 dot product
-  (`avx512_bf16`, `amx_bf16`): elsewhere oneDNN emulates it and it is slower
-  (0.81x float32 measured on an AVX2-only CPU). There, the set's own
-  training step is timed once in both precisions (`step_speedup`), and
-  bfloat16 is taken if it is at least `MIN_SPEEDUP` times faster. A matmul
-  alone misleads: on the AVX-512 BF16 EPYC here, width-128 matmuls run 1.9x
-  in bfloat16, but the multi30k set's whole step ran at 0.66x float32 (its
-  casts, layer norms and float32 softmax over 8,000 entries outweigh the
-  small matmuls).
+  (`avx512_bf16`, `amx_bf16`): elsewhere oneDNN emulates it and it is
+  slower than float32. There, the set's own training step is timed once in
+  both precisions (`step_speedup`), and bfloat16 is taken if it is at least
+  `MIN_SPEEDUP` times faster. A matmul alone misleads: small matmuls gain
+  from bfloat16 while a whole step may lose, its casts, layer norms and
+  float32 softmax over the vocabulary outweighing them
+  (`bench/training_modes.py`; the Benchmarks page has the figures per
+  CPU).
 
 The probe measures what will run: the run's real vocabulary, rows of the
 training data's mean length, at most `PROBE_TOKENS` tokens and a batch
