@@ -11,11 +11,12 @@
 - `reference_2017`, `reference_2019`: exactly the hyperparameters of
   Kyubyong/transformer's 2017 and 2019 code (docs/reference.md §1.8, §2.10);
 - `multi30k`: a model sized for the 29,000 pairs of Multi30k, trained in
-  about an hour on 2 CPU cores (36-62 min measured);
+  about an hour on a 2-core CPU;
 - `multi30k_reference`: the published 41.0-BLEU recipe of the same
-  architecture (8,000 larger steps, 10 checkpoints averaged; 41.25 and
-  39.99 over two seeds, mean 40.62, in 89 minutes each on a 2-core
-  AVX-512 CPU).
+  architecture (8,000 larger steps, 10 checkpoints averaged), about twice
+  `multi30k`'s time.
+
+Scores and training times per set: docs/results.md.
 
 Each module defines `HPARAMS`, a `tfattn.config.HParams`. This package
 belongs to the application (`train.py`, run from the repository root); the

@@ -9,10 +9,10 @@ BPE vocabulary of the English side, 4,000 steps of about 4,096 tokens
 (about 30 passes over the 29,000 captions). GPT-2's GELU, learned positions
 and N(0, 0.02) kernels, as in the equal-budget comparison with keras-hub's
 GPT-2 (bench/causal_lm_quality.py, docs/benchmarks.md), and the recipe's
-label smoothing 0.1, which lowers the set's validation perplexity (one seed
-each, AMX Xeon, float32: 26.33 per subword with it, 28.36 without; the
-translation recipe's ReLU, sinusoid and Glorot kernels gave 26.12, within
-a seed's spread). docs/results.md gives the set's perplexities.
+label smoothing 0.1, which lowers the set's validation perplexity (the
+translation recipe's ReLU, sinusoid and Glorot kernels scored within a
+seed's spread of GPT-2's choices). docs/results.md gives the set's
+perplexities.
 """
 
 import dataclasses

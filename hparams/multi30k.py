@@ -8,30 +8,26 @@ with a joint 10,000-piece BPE vocabulary, trained for 6,000 steps of about
 4,096 padded tokens (about 3,700 target tokens; 22M in all, a third of the
 reference point's 65.5M), i.e. about 56 passes over the training split,
 with the reference point's dropout of 0.3; beam 5, as the reference point.
-On 2 cores the whole run (vocabulary, training, evaluation, export) takes
-about 1-2.5 hours, by the machine's load (58 min on a quiet AMX Xeon,
-2.4 hours on a busy one; bench/README.md, "Multi30k runs").
+On a 2-core CPU the whole run (vocabulary, training, evaluation, export)
+takes about an hour, more on a busy machine (docs/results.md).
 Derived from `base` (shared and tied embeddings, Adam(0.9, 0.98, 1e-9),
 label smoothing 0.1).
 
-What makes it learn about 3 times faster per step than the first version of
-this set (post-norm, Keras's glorot_uniform embeddings, Noam peak 1e-3),
-each choice made on the validation split (bench/README.md, "Multi30k
-runs"): embeddings drawn from N(0, d^-0.5) as tensor2tensor and fairseq do
-(glorot_uniform's rows, times sqrt(d), are a fifth of the positional
-signal); pre-norm blocks, which train stably at a peak rate of 6e-3; a
-cosine decay to 0 at the last step instead of 1/sqrt(step), so the run ends
-annealed without checkpoint averaging.
+What makes it learn about 3 times faster per step than a post-norm model
+with Keras's glorot_uniform embeddings and a Noam peak of 1e-3, each choice
+made on the validation split: embeddings drawn from N(0, d^-0.5) as
+tensor2tensor and fairseq do (glorot_uniform's rows, times sqrt(d), are a
+fifth of the positional signal); pre-norm blocks, which train stably at a
+peak rate of 6e-3; a cosine decay to 0 at the last step instead of
+1/sqrt(step), so the run ends annealed without checkpoint averaging.
 
-Issue 23's levers, chosen on val (bench/README.md, runs R1-R8): dropout 0.3
-and 6,000 steps instead of 0.1 and 3,200 gave +1.0 greedy BLEU on val at the
-last step (38.6 against 37.4-38.0); 10,000 pieces instead of 8,000 gave
-+0.5 on the mean of two seeds each with beam 5 (39.81 and 39.93 against
-39.13 and 39.56; 5,000 pieces lost 0.5-0.9). The length penalty 1.5 instead
-of 1.0: at 1.0 the beam's outputs were 4.7-5.7% shorter than the val
-references in two runs (R9, T1), and 1.5 scored +0.11 and +0.38 there
-(2.0 overshot: -0.82, -0.12); it is also the penalty that rewards one more
-piece as fairseq's `--lenpen 1` does at Multi30k's lengths (the
+The other choices, also made on the validation split: dropout 0.3 and
+6,000 steps rather than 0.1 and 3,200 (about one BLEU point more: 56
+passes overfit at 0.1); 10,000 pieces rather than 8,000 (about half a
+point more; 5,000 pieces lost more); a length penalty of 1.5 rather than
+1.0, since at 1.0 the beam's outputs were about 5% shorter than the
+references (2.0 overshot), which is also the penalty that rewards one
+more piece as fairseq's `--lenpen 1` does at Multi30k's lengths (the
 `multi30k_reference` set's reasoning).
 """
 
@@ -67,8 +63,8 @@ HPARAMS = dataclasses.replace(
     eval_sentences=1014,  # ...(1,014 pairs, about 6 s) every 500 steps.
     # Decoding.
     beam_size=5,  # Beam 5, as the published reference point...
-    decode_alpha=1.5,  # ...length penalty 1.5 (val: +0.11 and +0.38
-                       # over 1.0, runs R9 and T1; 1.0 was +0.24 over 0.6)...
+    decode_alpha=1.5,  # ...length penalty 1.5 (chosen on val over 0.6,
+                       # 1.0 and 2.0: at 1.0 the beam's outputs run short)...
     average_checkpoints=4,  # ...on the average of steps 5,250-6,000
                             # (val: within 0.1 of 1 to 12 checkpoints).
 )

@@ -23,9 +23,10 @@ memory of `train.py`'s training process for one batch of `rows` rows of
   feed-forward layer keep 16-bit tensors, the softmax and the layer norms
   float32 ones).
 
-Measured against the peak RSS of real training steps (`bench/memory.py`),
-the estimate holds within `STATED_FACTOR` either way on the Xeon and EPYC
-CPUs of bench/README.md, in float32 and in bfloat16.
+Measured against the peak RSS of real training steps
+(`bench/training_memory.py`; the figures are in docs/benchmarks.md,
+"Training memory"), the estimate holds within `STATED_FACTOR` either way on
+the Intel Xeon and AMD EPYC CPUs measured, in float32 and in bfloat16.
 
 `check_training_memory` compares the estimate with the machine's physical
 memory (the refusal names both and the fields to lower).
@@ -71,7 +72,8 @@ FLOAT_BYTES = 4
 # A bfloat16 step's activations / a float32 step's: 0.79 measured for the
 # base set's step on the AMX Xeon (peak RSS 11.0 vs 13.4 GiB).
 ACTIVATION_SHARE_16BIT = 0.8
-# Measured / estimated peak RSS, over the sets and shapes in bench/README.
+# Measured / estimated peak RSS, over the sets and shapes that
+# bench/training_memory.py measures.
 STATED_FACTOR = 1.25
 # The hparams fields a refusal suggests lowering, in the order they weigh.
 FIELDS_TO_LOWER = ("tokens_per_batch", "max_train_length", "vocab_size",
