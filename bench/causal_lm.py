@@ -5,10 +5,15 @@ keras-hub's GPT-2, in one process, same sizes, random weights.
   tokens, 64 new tokens per row (no stop token), greedy and top-p (p=0.9):
   `tfattn.CausalLM.generate` (prompt prefilled in one pass, one compiled
   while-loop; with and without XLA) against
-  `keras_hub.models.GPT2CausalLM.generate` (its own compiled loop, XLA)
-  with the same sampler, and against CTranslate2's `Generator` on the same
-  weights (`tfattn.export.ctranslate2_spec.decoder_only_spec`), float32 and
-  int8 (`min_length` = `max_length` = 64: every row emits 64 tokens).
+  `keras_hub.models.GPT2CausalLM.generate` (its own compiled loop; with and
+  without XLA: `compile(sampler=..., jit_compile=False / True)`) with the
+  same sampler, and against CTranslate2's `Generator` on the same weights
+  (`tfattn.export.ctranslate2_spec.decoder_only_spec`), float32 and int8
+  (`min_length` = `max_length` = 64: every row emits 64 tokens). Two ratios
+  against keras-hub: each side at its default (tfattn's `generate` default
+  `jit_compile`; keras-hub's `compile()` default `jit_compile="auto"`,
+  which Keras resolves to no XLA on a CPU-only TensorFlow), and each side's
+  best mode against the other's best.
 - Training: tokens per second of one `train_on_batch` step (Adam, sparse
   cross-entropy from logits) at batch 16 x 128 tokens, each model in
   float32 and in mixed_bfloat16, with and without XLA (the best of the four
@@ -113,7 +118,48 @@ def ct2_run(generator, prompts, new, sampler):
         **options)
 
 
-def generation(args, lm, hub):
+def tfattn_run(lm, prompts, new, sampler, jit):
+    """A call of `lm.generate` with `jit_compile=jit`, as a closure."""
+    return lambda: lm.generate(prompts, new, sampler=sampler,
+                               stop_token_ids=(), seed=1, jit_compile=jit)
+
+
+def defaults(hub):
+    """(tfattn's, keras-hub's) generate default for XLA: booleans.
+
+    tfattn's from `CausalLM.generate`'s signature; keras-hub's from what
+    `compile()` without `jit_compile` resolves to on this machine.
+    """
+    import inspect
+
+    ours = inspect.signature(tfattn.CausalLM.generate).parameters[
+        "jit_compile"].default
+    hub.compile(sampler="greedy")
+    return bool(ours), bool(hub.jit_compile)
+
+
+def ratios(rates, tfattn_xla, hub_xla):
+    """tfattn / keras-hub at each side's default, and best against best."""
+    ours = rates["tfattn XLA" if tfattn_xla else "tfattn"]
+    theirs = rates["keras-hub XLA" if hub_xla else "keras-hub"]
+    best_ours = max(rates["tfattn"], rates["tfattn XLA"])
+    best_theirs = max(rates["keras-hub"], rates["keras-hub XLA"])
+    return ours / theirs, best_ours / best_theirs
+
+
+def generation(args, lm, hubs):
+    """New tokens/s of every contender, per batch and sampler.
+
+    Args:
+        args: the parsed command line.
+        lm: the tfattn.CausalLM.
+        hubs: {False: keras-hub GPT2CausalLM, True: another with the same
+            weights}; each is compiled with that `jit_compile`, so both
+            keras-hub modes run in the same interleaved rounds.
+
+    Returns:
+        List of (batch, sampler name, {contender: new tokens/s}).
+    """
     import tempfile
 
     import keras_hub
@@ -135,21 +181,15 @@ def generation(args, lm, hub):
                 ("greedy", "greedy", "greedy"),
                 ("top-p 0.9", samplers.TopPSampler(0.9),
                  keras_hub.samplers.TopPSampler(p=0.9))):
-            # keras-hub's compile leaves jit_compile="auto", which Keras
-            # resolves to False on TensorFlow; XLA is keras-hub's fast path.
-            hub.compile(sampler=theirs, jit_compile=True)
-
-            def run(jit):
-                return lambda: lm.generate(prompts, args.new, sampler=ours,
-                                           stop_token_ids=(), seed=1,
-                                           jit_compile=jit)
-
             contenders = {
-                "tfattn": run(False),
-                "tfattn XLA": run(True),
-                "keras-hub": lambda: hub.generate(hub_inputs,
-                                                  stop_token_ids=None),
+                "tfattn": tfattn_run(lm, prompts, args.new, ours, False),
+                "tfattn XLA": tfattn_run(lm, prompts, args.new, ours, True),
             }
+            for jit, hub in hubs.items():
+                hub.compile(sampler=theirs, jit_compile=jit)
+                contenders["keras-hub XLA" if jit else "keras-hub"] = (
+                    lambda hub=hub: hub.generate(hub_inputs,
+                                                 stop_token_ids=None))
             for weights, generator in ct2.items():
                 contenders[f"CTranslate2 {weights}"] = ct2_run(
                     generator, prompts, args.new, name)
@@ -207,24 +247,28 @@ def main():
 
 
 def print_generation(args):
-    lm, hub = tfattn_lm(args), hub_lm(args)
+    lm = tfattn_lm(args)
+    hubs = {False: hub_lm(args), True: hub_lm(args)}  # the same weights
+    tfattn_xla, hub_xla = defaults(hub_lm(args))
+    mode = {True: "XLA", False: "no XLA"}
     print(f"\nGeneration, new tokens/s (prompt {args.prompt}, "
-          f"{args.new} new tokens):")
-    print("| batch | sampler | tfattn | tfattn XLA | keras-hub XLA | "
-          "CTranslate2 float32 | CTranslate2 int8 | best tfattn / "
-          "keras-hub | / CTranslate2 float32 |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    rows = generation(args, lm, hub)
-    for batch, name, r in rows:
+          f"{args.new} new tokens); defaults: tfattn {mode[tfattn_xla]}, "
+          f"keras-hub {mode[hub_xla]}:")
+    print("| batch | sampler | tfattn (no XLA) | tfattn XLA | keras-hub "
+          "(no XLA) | keras-hub XLA | CTranslate2 float32 | CTranslate2 "
+          "int8 | tfattn / keras-hub, both at their defaults | best / best "
+          "| best tfattn / CTranslate2 float32 |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for batch, name, r in generation(args, lm, hubs):
+        at_defaults, best_best = ratios(r, tfattn_xla, hub_xla)
         best = max(r["tfattn"], r["tfattn XLA"])
-        print(f"| {batch} | {name} | {r['tfattn']:,.0f} | "
-              f"{r['tfattn XLA']:,.0f} | {r['keras-hub']:,.0f} | "
-              f"{r['CTranslate2 float32']:,.0f} | "
-              f"{r['CTranslate2 int8']:,.0f} | "
-              f"{best / r['keras-hub']:.2f}x | "
+        cells = [r[k] for k in ("tfattn", "tfattn XLA", "keras-hub",
+                                "keras-hub XLA", "CTranslate2 float32",
+                                "CTranslate2 int8")]
+        print(f"| {batch} | {name} | "
+              + " | ".join(f"{c:,.0f}" for c in cells)
+              + f" | {at_defaults:.2f}x | {best_best:.2f}x | "
               f"{best / r['CTranslate2 float32']:.2f}x |")
-    print(f"(keras-hub's generate compiled with jit_compile="
-          f"{hub.jit_compile})")
 
 
 def print_training(args):
