@@ -119,8 +119,14 @@ def run_of_the_masked_lm_command(tmp_path, monkeypatch):
                    MLM_RUN, steps=2, verbose=0)
 
 
+def snippet_id(index):
+    """`README-0`, `task_translation-0`, ...: `-k task_` selects a page's."""
+    page = os.path.splitext(os.path.basename(SNIPPETS[index][0]))[0]
+    return f"{page}-{sum(p == SNIPPETS[index][0] for p, _ in SNIPPETS[:index])}"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(SNIPPETS)))
+@pytest.mark.parametrize("index", range(len(SNIPPETS)), ids=snippet_id)
 def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
     page, snippet = SNIPPETS[index]
     if EXPORT in snippet or EXPORT_CT2 in snippet:
