@@ -10,6 +10,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.abspath(".."))
+# The site's own extensions (docs/_ext/): constructor signatures, inherited
+# methods, and the tables generated from the code (hparams, flags).
+sys.path.insert(0, os.path.abspath("_ext"))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -23,16 +26,25 @@ extensions = [
     "sphinx.ext.autodoc",  # the API reference, from the docstrings
     "sphinx.ext.napoleon",  # which are written in the Google style
     "sphinx.ext.viewcode",
+    "tfattn_autodoc",  # real signatures; tfattn's inherited methods
+    "tfattn_tables",  # the hparams and train.py flag tables
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build"]
 myst_heading_anchors = 3
 
-autodoc_default_options = {"members": True, "show-inheritance": True}
+# Inherited members are asked for, and tfattn_autodoc.skip_inherited keeps
+# those tfattn defines (a mixin's `init_cache`, `Transformer.generate`),
+# not the hundreds a Keras layer inherits from Keras.
+autodoc_default_options = {
+    "members": True,
+    "inherited-members": True,
+    "show-inheritance": True,
+}
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
-# Keras layers inherit hundreds of members: document each class's own.
+# An override without a docstring does not borrow its base's (Keras's).
 autodoc_inherit_docstrings = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

@@ -144,7 +144,8 @@ def _define_run_flags():
         "Compute precision: auto (bfloat16 where this machine "
         "runs the set's training step faster that way: a TPU, an "
         "Ampere or later GPU, a CPU with bfloat16 dot products "
-        "where the step, measured once, gains 1.1x; float16 on "
+        "where the step, timed once, is at least 1.1x faster (the "
+        "threshold); float16 on "
         "7.x GPUs; float32 otherwise; printed), off (float32), "
         "mixed_float16 (with loss scaling) or mixed_bfloat16.",
     )
