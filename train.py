@@ -49,6 +49,8 @@ def _load_startup():
 # train.py is a TensorFlow program (tf.distribute, tf.data, SavedModel): it
 # takes the TensorFlow backend over ~/.keras/keras.json, and refuses another
 # named in the environment rather than overriding the user's choice.
+# TensorFlow's start-up banner and INFO lines are held back;
+# TFATTN_VERBOSE_IMPORT=1 or TF_CPP_MIN_LOG_LEVEL=0 shows them.
 _startup = _load_startup()
 _refusal = _startup.set_environment("train.py")
 if _refusal is not None:

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 from absl import flags
 
@@ -151,6 +152,7 @@ def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
     texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
     filled = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=3)
     assert [len(blanks) for blanks in filled] == [1, 2]
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
     space = tokenizer.piece_to_id("\u2581")
     for text, blanks in zip(texts, filled):
         pieces = tokenizer.tokenize([text]).to_list()[0]
@@ -164,10 +166,20 @@ def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
             probs = np.exp(logits[position] - logits[position].max())
             probs /= probs.sum()
             best = np.argsort(-probs)[:3]
-            assert [p for p, _ in got] == [tokenizer.id_to_piece(int(i))
-                                           for i in best]
+            # The word a user reads: SentencePiece's own decoding of the
+            # piece, a special piece (<s>, [MASK]...) as written.
+            assert [w for w, _ in got] == [_read(sp, int(i)) for i in best]
+            assert not any(w.startswith("\u2581") for w, _ in got)
             np.testing.assert_allclose([q for _, q in got], probs[best],
                                        atol=1e-5)
+
+
+def _read(sp, token_id):
+    """A piece as a user reads it, by SentencePiece alone."""
+    if sp.is_control(token_id) or sp.is_unknown(token_id) or (
+            sp.id_to_piece(token_id) == "[MASK]"):
+        return sp.id_to_piece(token_id)
+    return sp.decode_pieces([sp.id_to_piece(token_id)])
 
 
 def test_fill_mask_refuses_texts_without_a_blank(trained):
@@ -200,7 +212,7 @@ def test_the_fill_mask_signature_equals_python(trained, exported):
     for row, blanks in enumerate(want):
         for slot, pairs in enumerate(blanks):
             words = [w.decode() for w in out["fillings"][row, slot].numpy()]
-            assert words == [p.lstrip("\u2581") for p, _ in pairs]
+            assert words == [w for w, _ in pairs]  # the same strings
             np.testing.assert_allclose(
                 out["probabilities"][row, slot].numpy(),
                 [q for _, q in pairs], atol=1e-5)
@@ -269,3 +281,12 @@ def test_attention_maps_of_a_masked_lm_are_bidirectional(trained, tmp_path):
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
         assert np.triu(weights, k=1).max() > 1e-3  # later tokens are seen
     assert any(p.endswith("encoder_layer0.png") for p in paths)
+
+
+def test_reported_fillings_show_words_and_a_lone_word_start_as_a_space():
+    from tfattn.cli.masked_lm import _fillings_lines
+
+    lines = list(_fillings_lines(
+        [("a [MASK] runs", [("dog", 0.5), ("", 0.25)], "a dog runs")]))
+    assert lines == ["  a [MASK] runs\n    -> dog (0.50), (space) (0.25)"
+                     "\n    (text: a dog runs)"]

@@ -6,17 +6,22 @@ empty texts, texts cut to `max_length` (the reading rule of
 signature itself for any client, and the other masked-LM functions'
 arguments (the sweep of issue 57).
 
-The export gives words (pieces without "▁"), Python gives pieces: they are
-compared after stripping "▁" from Python's.
+Both give words, the same strings: each piece as SentencePiece decodes it
+("▁cat" is "cat"), special pieces as written, checked against
+SentencePiece's own decoding.
 """
+
+import io
 
 import keras
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 
 from tfattn import export
 from tfattn.data import MaskGenerator
+from tfattn.data import SubwordTokenizer
 from tfattn.data import train_tokenizer
 from tfattn.decoding import mlm_evaluation
 from tfattn.models import MaskedLM
@@ -46,25 +51,18 @@ def model_and_tokenizer():
 
 
 class _Python:
-    """The Python path with the export's interface (words stripped of
-    "▁" so that both engines answer alike)."""
+    """The Python path with the export's interface."""
 
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model, tokenizer
 
     def fill_mask(self, texts):
-        return _words(mlm_evaluation.fill_mask(self.model, self.tokenizer,
-                                               texts, top_k=TOP_K))
+        return mlm_evaluation.fill_mask(self.model, self.tokenizer, texts,
+                                        top_k=TOP_K)
 
     def fill_mask_details(self, texts):
-        out = mlm_evaluation.fill_mask_details(self.model, self.tokenizer,
-                                               texts, top_k=TOP_K)
-        return out._replace(fillings=_words(out.fillings))
-
-
-def _words(fillings):
-    return [[[(p.lstrip("\u2581"), q) for p, q in blank] for blank in text]
-            for text in fillings]
+        return mlm_evaluation.fill_mask_details(self.model, self.tokenizer,
+                                                texts, top_k=TOP_K)
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +149,61 @@ def test_bad_input_is_refused_naming_the_argument(engine, texts, match):
         engine.fill_mask(texts)
     with pytest.raises(ValueError, match=match):
         engine.fill_mask_details(texts)
+
+
+def _read(sp, token_id):
+    """A piece as a user reads it, by SentencePiece alone (not the code
+    under test): its decoding; a special piece as written; a byte that is
+    not a character alone as written."""
+    piece = sp.id_to_piece(token_id)
+    if (sp.is_control(token_id) or sp.is_unknown(token_id)
+            or piece == "[MASK]" or sp.decode_pieces([piece]) == "\ufffd"):
+        return piece
+    return sp.decode_pieces([piece])
+
+
+def test_every_filling_is_the_word_sentencepiece_decodes(
+        model_and_tokenizer, tmp_path):
+    model, tokenizer = model_and_tokenizer
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    size = tokenizer.vocab_size
+    pieces = [sp.id_to_piece(i) for i in range(size)]
+    assert sum(p.startswith("\u2581") and len(p) > 1 for p in pieces) >= 3
+    want = sorted(_read(sp, i) for i in range(size))
+    assert "tree" in want and "</s>" in want and "[MASK]" in want
+    # top_k = the vocabulary: every id's word, once.
+    path = export.export_masked_lm(model, tokenizer, tmp_path / "export",
+                                   top_k=size)
+    texts = ["the [MASK] sat"]
+    for got in (mlm_evaluation.fill_mask(model, tokenizer, texts, size),
+                export.load_masked_lm(path).fill_mask(texts)):
+        words = [w for w, _ in got[0][0]]
+        assert [w for w in words if w.startswith("\u2581")] == []
+        assert sorted(words) == want
+
+
+def test_special_and_byte_pieces_read_as_the_docstring_says():
+    # A byte-fallback vocabulary (train_tokenizer has no such option).
+    corpus = ["the caf\u00e9 sat", "a dog ran", "na\u00efve \u00fcber"] * 9
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=writer, vocab_size=280,
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, byte_fallback=True,
+        user_defined_symbols=["[MASK]"], minloglevel=2)
+    tokenizer = SubwordTokenizer(writer.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    start = max((sp.id_to_piece(i) for i in range(sp.get_piece_size())),
+                key=lambda p: (p.startswith("\u2581"), len(p)))
+    assert start.startswith("\u2581") and len(start) > 2  # a word start
+    ids = [0, 1, 2, 3, 4, sp.piece_to_id("<0x41>"),
+           sp.piece_to_id("<0xC3>"), sp.piece_to_id("\u2581"),
+           sp.piece_to_id(start), tokenizer.vocab_size + 3]
+    assert mlm_evaluation.filling_words(tokenizer, ids) == [
+        "<pad>", "<unk>", "<s>", "</s>", "[MASK]", "A", "<0xC3>", "",
+        start[1:], "<unk>"]
+    every = range(tokenizer.vocab_size)
+    assert mlm_evaluation.filling_words(tokenizer, every) == [
+        _read(sp, i) for i in every]
 
 
 @pytest.mark.parametrize("texts", [

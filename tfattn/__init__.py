@@ -11,9 +11,20 @@ TensorFlow under another backend. The TensorFlow-only parts (`tfattn.training`,
 `tfattn.data`, `tfattn.export`, `tfattn.interop`, translation and
 evaluation in `tfattn.decoding.translate` / `.evaluation`) load when first
 used.
+
+Under TensorFlow, importing tfattn first (before TensorFlow) holds back
+TensorFlow's start-up lines that a user cannot act on and hides its C++
+INFO lines (`TF_CPP_MIN_LOG_LEVEL=1` unless set); warnings, errors and
+Python exceptions stay. `TFATTN_VERBOSE_IMPORT=1` or
+`TF_CPP_MIN_LOG_LEVEL=0` keeps every line (`tfattn.utils.startup`).
 """
 
 import importlib
+
+from tfattn.utils import startup as _startup
+
+# Before Keras, which imports TensorFlow and with it its banner.
+_QUIET_START = _startup.start_quietly()
 
 from tfattn import decoding  # noqa: E402
 from tfattn import layers  # noqa: E402

@@ -13,8 +13,9 @@ __all__ = ["report_fillings", "run_eval", "run_export"]
 
 def _fillings_lines(rows):
     for blanked, fillings, original in rows:
-        best = ", ".join(f"{piece.lstrip(chr(0x2581)) or piece} ({p:.2f})"
-                         for piece, p in fillings)
+        # A filling is a word; the lone word-start piece is a space.
+        best = ", ".join(f"{word or '(space)'} ({p:.2f})"
+                         for word, p in fillings)
         yield f"  {blanked}\n    -> {best}\n    (text: {original})"
 
 

@@ -20,9 +20,14 @@ evaluations of a checkpoint see the same blanks.
   original pieces at the blanks).
 
 `fill_mask` takes texts with the mask piece `[MASK]` (one blank or
-several) and returns each blank's top-k pieces and probabilities; it
+several) and returns each blank's top-k words and probabilities; it
 refuses a text whose blanks fall past `max_length`, which
 `fill_mask_details` answers (the blanks that fit, and `truncated`).
+
+A filling is the word as a user reads it, the same string in the
+SavedModel: "▁hundred" is "hundred", "ty" (the rest of a word) stays "ty",
+special pieces are kept as written ("</s>"); the whole rule, for byte
+pieces too, is in `filling_words`.
 """
 
 import json
@@ -33,19 +38,21 @@ import re
 from typing import NamedTuple
 
 import numpy as np
+import sentencepiece as spm
 import tensorflow as tf
 from keras import ops
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import MASK_PIECE
+from tfattn.data.tokenizer import UNK_ID
 from tfattn.utils import validation
 from tfattn.utils.files import write_text_atomically
 from tfattn.utils.texts import checked_texts
 
 __all__ = ["FillMaskResult", "masked_lm_scores", "fill_mask",
-           "fill_mask_details", "sample_fillings", "evaluate_masked_lm",
-           "without_blank_spaces"]
+           "fill_mask_details", "filling_words", "sample_fillings",
+           "evaluate_masked_lm", "without_blank_spaces"]
 
 _CONTEXT = "fill_mask"
 _SPLIT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -53,7 +60,7 @@ _SPLIT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 class FillMaskResult(NamedTuple):
     """What `fill_mask_details` returns, text by text: `fillings` (as
-    `fill_mask` returns them: per blank that fits, its `(piece,
+    `fill_mask` returns them: per blank that fits, its `(word,
     probability)` pairs) and `truncated` (bool: the text was cut to the
     model's `max_length`, see the module docstring)."""
 
@@ -119,6 +126,49 @@ def without_blank_spaces(tokenizer, pieces):
                     and pieces[i + 1] == mask)]
 
 
+def filling_words(tokenizer, ids):
+    """The words that piece ids stand for as fillings, as a user reads
+    them (`fill_mask`, and the fill-mask SavedModel's table).
+
+    - A piece is what SentencePiece decodes it to alone: "▁hundred" (a
+      word start) is "hundred", "ty" (the rest of a word) stays "ty", and
+      the lone word-start piece "▁" is "" (a space: the next piece starts
+      a word).
+    - Special pieces are kept as written ("<pad>", "<unk>", "<s>", "</s>",
+      "[MASK]"), where decoding gives "" or " ⁇ ": the user sees that the
+      model predicts the end of the text, or a piece it does not know.
+    - A byte piece (a byte-fallback vocabulary) is its character when the
+      byte is one (ASCII: "<0x41>" is "A"), else kept as written
+      ("<0xC3>": one byte of a longer character, which alone decodes to
+      nothing readable).
+    - An id past the vocabulary (a model with a larger `vocab_size` than
+      its tokenizer) is "<unk>".
+
+    Args:
+        tokenizer: SubwordTokenizer (its `model_proto`).
+        ids: iterable of int. Piece ids.
+
+    Returns:
+        list of str, one per id.
+    """
+    processor = spm.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(tokenizer.model_proto)
+    size = processor.get_piece_size()
+    words = []
+    for token_id in (int(i) for i in ids):
+        if not 0 <= token_id < size:
+            token_id = UNK_ID
+        piece = processor.id_to_piece(token_id)
+        if (processor.is_control(token_id) or processor.is_unknown(token_id)
+                or processor.is_unused(token_id)
+                or (processor.is_byte(token_id)
+                    and int(piece[3:5], 16) >= 0x80)):
+            words.append(piece)
+        else:
+            words.append(processor.decode_ids([token_id]))
+    return words
+
+
 def _log_softmax(logits):
     logits = np.asarray(logits, np.float64)
     top = logits.max(axis=-1, keepdims=True)
@@ -151,7 +201,8 @@ def check_model_and_tokenizer(model, tokenizer, context, blanks=True):
             "model", "a MaskedLM with max_length >= 3 (<s>, a piece, </s>)",
             f"<MaskedLM with max_length={model.max_length}>", context)
     if not all(hasattr(tokenizer, name) for name in (
-            "tokenize", "vocab_size", "mask_id", "id_to_piece")):
+            "tokenize", "vocab_size", "mask_id", "id_to_piece",
+            "model_proto")):
         raise validation.invalid_argument(
             "tokenizer", "a tfattn.data.SubwordTokenizer",
             f"<{type(tokenizer).__name__}>", context)
@@ -287,7 +338,8 @@ def _read_blanks(model, tokenizer, texts, top_k, context, whole):
 
 
 def _fill(model, tokenizer, rows, top_k):
-    """Each row's blanks' top-k `(piece, probability)` pairs."""
+    """Each row's blanks' top-k `(word, probability)` pairs
+    (`filling_words`)."""
     mask_id = tokenizer.mask_id
     positions = [np.flatnonzero(row == mask_id) for row in rows]
     width = max((len(p) for p in positions), default=0)
@@ -299,15 +351,13 @@ def _fill(model, tokenizer, rows, top_k):
     logits = ops.convert_to_numpy(model(
         {"token_ids": rows, "mask_positions": padded}, training=False))
     probs = np.exp(_log_softmax(logits))
-    results = []
-    for row, found in enumerate(positions):
-        blanks = []
-        for slot in range(len(found)):
-            best = np.argsort(-probs[row, slot], kind="stable")[:top_k]
-            blanks.append([(tokenizer.id_to_piece(int(i)),
-                            float(probs[row, slot, i])) for i in best])
-        results.append(blanks)
-    return results
+    best = np.argsort(-probs, axis=-1, kind="stable")[..., :top_k]
+    words = np.array(filling_words(tokenizer, best.ravel()),
+                     object).reshape(best.shape)  # [B, M, k]
+    return [[[(str(w), float(probs[row, slot, i]))
+              for w, i in zip(words[row, slot], best[row, slot])]
+             for slot in range(len(found))]
+            for row, found in enumerate(positions)]
 
 
 def fill_mask(model, tokenizer, texts, top_k=5):
@@ -326,8 +376,10 @@ def fill_mask(model, tokenizer, texts, top_k=5):
 
     Returns:
         list (one per text) of lists (one per blank, left to right) of
-        `(piece, probability)` pairs, most probable first. Pieces are
-        SentencePiece pieces ("▁" marks a word start).
+        `(word, probability)` pairs, most probable first. A word is the
+        piece as a user reads it (`filling_words`, the module docstring):
+        "▁hundred" is "hundred", "ty" (the rest of a word) stays "ty";
+        special pieces are kept as written ("</s>", "<unk>").
 
     Raises:
         ValueError: naming `texts` (not a list of str), `texts[i]` (not
@@ -372,7 +424,7 @@ def sample_fillings(model, tokenizer, texts, count=5, top_k=3):
         top_k: int >= 1. Fillings per blank. Defaults to `3`.
 
     Returns:
-        list of (text with the blank, [(piece, probability)], the original
+        list of (text with the blank, [(word, probability)], the original
         text); the pairs are `[]` where the blank falls past `max_length`.
     """
     context = "sample_fillings"
@@ -411,7 +463,7 @@ def evaluate_masked_lm(model, tokenizer, texts, masker, model_dir, split,
 
     Returns:
         dict: `masked_lm_scores`' figures, `split`, `samples` (lists of
-        [text with a blank, [[piece, probability], ...], original]) and
+        [text with a blank, [[word, probability], ...], original]) and
         `metrics_file`.
 
     Raises:

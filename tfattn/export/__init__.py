@@ -1,5 +1,6 @@
 """Exports of a trained `Transformer`, each a text-to-text translator,
-and of a `CausalLM`, prompts to continuations.
+of a `CausalLM`, prompts to continuations, of a `MaskedLM`, texts with
+blanks to fillings, and of a `SequenceClassifier`, texts to labels.
 
 - `export_translator` / `load_translator` (`saved_model.py`): a SavedModel
   whose `serving_default` signature runs tokenisation, the cached beam
@@ -15,6 +16,9 @@ and of a `CausalLM`, prompts to continuations.
 - `export_masked_lm` / `load_masked_lm` (`masked_lm.py`): a SavedModel of
   a `MaskedLM` whose `fill_mask` signature fills the `[MASK]` blanks of
   texts (top-k).
+- `export_classifier` / `load_classifier` (`classifier.py`): a SavedModel
+  of a fine-tuned `SequenceClassifier` whose `serving_default` signature
+  turns texts into labels and class probabilities.
 """
 
 from tfattn.utils.backend import require_tensorflow_backend
@@ -46,17 +50,25 @@ from tfattn.export.masked_lm import MaskedLMExport  # noqa: E402
 from tfattn.export.masked_lm import export_masked_lm  # noqa: E402
 from tfattn.export.masked_lm import SavedModelMaskedLM  # noqa: E402
 from tfattn.export.masked_lm import load_masked_lm  # noqa: E402
+from tfattn.export.classifier import Classifications  # noqa: E402
+from tfattn.export.classifier import ClassifierExport  # noqa: E402
+from tfattn.export.classifier import export_classifier  # noqa: E402
+from tfattn.export.classifier import SavedModelClassifier  # noqa: E402
+from tfattn.export.classifier import load_classifier  # noqa: E402
 
 __all__ = [
     "ATTENTION_SIGNATURE_KEY",
     "CTranslate2Generator",
     "CTranslate2Translator",
+    "Classifications",
+    "ClassifierExport",
     "FILL_MASK_SIGNATURE_KEY",
     "KERAS_FILENAME",
     "LanguageModelExport",
     "MaskedLMExport",
     "NotExportable",
     "SIGNATURE_KEY",
+    "SavedModelClassifier",
     "SavedModelLanguageModel",
     "SavedModelMaskedLM",
     "SavedModelTranslator",
@@ -64,9 +76,11 @@ __all__ = [
     "Translator",
     "VOCAB_FILENAME",
     "causal_lm_to_ctranslate2",
+    "export_classifier",
     "export_language_model",
     "export_masked_lm",
     "export_translator",
+    "load_classifier",
     "load_ctranslate2",
     "load_ctranslate2_generator",
     "load_language_model",

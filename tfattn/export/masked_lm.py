@@ -10,9 +10,11 @@ cut to the model's `max_length` keeping the first `max_length - 2` pieces.
 It returns, with M the most blanks of one text in the batch (at least 1
 when the batch has a text) and k the export's `top_k`:
 
-- `fillings`: `[batch, M, k]` `tf.string`, each blank's candidate words
-  (SentencePiece pieces with the word-start mark "▁" removed), most
-  probable first; rows with fewer blanks are padded with `""`;
+- `fillings`: `[batch, M, k]` `tf.string`, each blank's candidate words,
+  most probable first, as `mlm_evaluation.fill_mask` gives them (the piece
+  decoded: "▁hundred" is "hundred", "ty" stays "ty", special pieces kept
+  as written, see `mlm_evaluation.filling_words`); rows with fewer blanks
+  are padded with `""` (`blanks` says how many are real);
 - `probabilities`: `[batch, M, k]` float32 (0 in the padding);
 - `blanks`: `[batch]` int32, the blanks filled in each text;
 - `truncated`: `[batch]` bool, the text was cut to `max_length`; blanks
@@ -34,9 +36,8 @@ tensorflow-text::
 
 In Python, `load_masked_lm(export_dir)` gives `fill_mask(texts)` and
 `fill_mask_details(texts)` with the refusals and the structure of
-`tfattn.decoding.mlm_evaluation.fill_mask` / `fill_mask_details`, except
-that a filling is the word (the piece without "▁", as the signature gives
-it) where Python's `fill_mask` gives the piece.
+`tfattn.decoding.mlm_evaluation.fill_mask` / `fill_mask_details`, and the
+same words.
 
 The directory also holds `model.keras` and `spm.model`.
 """
@@ -92,6 +93,10 @@ class MaskedLMExport(tf.Module):
         self._mask_id = self.tokenizer.mask_id
         self._space_id = self.tokenizer.piece_to_id("\u2581")
         self._max_length = model.max_length
+        # Each id's word, built here by the Python path's own rule, so
+        # that the signature and `fill_mask` give the same strings.
+        self._words = tf.constant(mlm_evaluation.filling_words(
+            self.tokenizer, range(model.vocab_size)), tf.string)
         self._set_model(model)
         self.top_k = tf.Variable(self._top_k, dtype=tf.int32,
                                  trainable=False)
@@ -152,8 +157,7 @@ class MaskedLMExport(tf.Module):
         logits = self._model({"token_ids": ids, "mask_positions": positions},
                              training=False)  # [B, M, V]
         probs, best = tf.math.top_k(tf.nn.softmax(logits), k=self._top_k)
-        words = tf.strings.regex_replace(
-            tf.gather(self._pieces(), best), "^\u2581", "")
+        words = tf.gather(self._words, best)
         used = used[..., None]
         return {"fillings": tf.where(used, words, ""),
                 "probabilities": tf.where(used, probs, 0.0),
@@ -172,10 +176,6 @@ class MaskedLMExport(tf.Module):
                               tf.equal(following, self._mask_id))
         return tf.ragged.boolean_mask(
             pieces, pieces.with_flat_values(tf.logical_not(drop)))
-
-    def _pieces(self):
-        vocab = tf.range(self._model.vocab_size)
-        return self.tokenizer.id_to_string(vocab)
 
 
 def _blank_positions(is_blank):
@@ -231,8 +231,8 @@ class SavedModelMaskedLM:
     It answers as `tfattn.decoding.mlm_evaluation.fill_mask` and
     `fill_mask_details` do: the texts are checked here (naming `texts` or
     `texts[i]`, before anything runs in the graph), read by the same rule,
-    and returned in the same structure; a filling is the word (the piece
-    without "▁", as the signature gives it).
+    and returned in the same structure, with the same words
+    (`mlm_evaluation.filling_words`).
 
     Args:
         export_dir: str or path-like. The export directory.
@@ -270,7 +270,8 @@ class SavedModelMaskedLM:
 
         Returns:
             list (per text) of lists (per blank) of `(word, probability)`
-            pairs, the export's `top_k` of them, most probable first.
+            pairs, the export's `top_k` of them, most probable first; the
+            words are `mlm_evaluation.fill_mask`'s.
 
         Raises:
             ValueError: as `mlm_evaluation.fill_mask` (blanks past

@@ -6,10 +6,12 @@ gather raises on it but its GPU and XLA gathers return zeros, and JAX's
 clamp or fill, so a bad id would silently give wrong logits. Where the ids
 hold values (eager TensorFlow, concrete JAX or torch arrays, NumPy) they are
 checked in Python and a ValueError names the argument and the id. In a
-TensorFlow graph (`tf.function`, XLA, serving) in-graph assertions carry the
-same message. Under JAX tracing (`jax.jit`, `fit`'s compiled step,
-`compute_output_spec`) values are unknown and there is no in-graph assertion
-that stops a compiled JAX program, so they are not checked there: check ids
+TensorFlow graph (`tf.function`, serving) in-graph assertions carry the
+same message; XLA drops assertions (and warns), so none are built for it
+(`generate` checks its ids before the compiled call). Under JAX tracing
+(`jax.jit`, `fit`'s compiled step, `compute_output_spec`) values are
+unknown and there is no in-graph assertion that stops a compiled JAX
+program, so they are not checked there: check ids
 before the traced call (the data pipelines produce ids in range).
 """
 
@@ -17,6 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfattn.ops import _backend
 from tfattn.utils import validation
 
 __all__ = ["check_ids", "concrete", "pair", "check_same_batch"]
@@ -76,7 +79,7 @@ def check_ids(name, ids, vocab, max_length, values=True, context=_CONTEXT):
             raise validation.invalid_argument(
                 name, expected, f"<ids holding {int(bad[0])}>", context)
         return ids
-    if keras.config.backend() != "tensorflow":
+    if keras.config.backend() != "tensorflow" or not _backend.asserts_run():
         return ids  # Traced: unchecked (module docstring).
     import tensorflow as tf
 

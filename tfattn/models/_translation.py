@@ -58,10 +58,10 @@ class TranslationGeneration:
                 `(EOS_ID,)`.
             seed: int in [-2**63, 2**63). The draws' seed (sampling).
             jit_compile: bool. Compile with XLA under TensorFlow (JAX
-                always compiles). Defaults to `True`: on the AMD EPYC
-                measured (`bench/generation_session.py`) XLA's first call
-                takes 0.8-1.9 s more and every later one is 2-4x faster,
-                so it wins from about the fourth call of a session. XLA
+                always compiles). Defaults to `True`: XLA's first call
+                compiles longer and every later one runs faster, so it
+                wins over a session of calls (`bench/generation_session.py`;
+                the Benchmarks page has the figures). XLA
                 draws from another random stream than the plain graph
                 (and the exports): a seed samples other text in each.
             extra_length: int >= 0. Each row stops at its own source

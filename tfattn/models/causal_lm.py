@@ -258,10 +258,10 @@ class CausalLM(keras.Model):
             strip_prompt: bool. Return the continuations only (True), or
                 each prompt followed by its continuation.
             jit_compile: bool. Compile with XLA under TensorFlow (JAX always
-                compiles). Defaults to `True`: on the AMD EPYC
-                measured (`bench/generation_session.py`) XLA's first call
-                takes 0.8-1.9 s more and every later one is 2-4x faster,
-                so it wins from about the fourth call of a session. XLA
+                compiles). Defaults to `True`: XLA's first call
+                compiles longer and every later one runs faster, so it
+                wins over a session of calls (`bench/generation_session.py`;
+                the Benchmarks page has the figures). XLA
                 draws from another random stream than the plain graph
                 (and the exports): a seed samples other text in each.
 

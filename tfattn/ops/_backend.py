@@ -12,7 +12,7 @@ import numpy as np
 
 from tfattn.utils.backend import is_tensorflow
 
-__all__ = ["is_tensorflow", "static_value", "tensorflow"]
+__all__ = ["asserts_run", "is_tensorflow", "static_value", "tensorflow"]
 
 
 def tensorflow():
@@ -49,3 +49,24 @@ def static_value(x):
         if isinstance(x, jax.core.Tracer):
             return None
     return keras.ops.convert_to_numpy(x)
+
+
+def asserts_run():
+    """Whether a TensorFlow assertion built now would run.
+
+    Inside a function XLA compiles (`jit_compile=True`) XLA drops assertion
+    ops and logs an "Ignoring Assert operator" warning for each, which a
+    user can do nothing about; the callers skip building them there (the
+    inputs of tfattn's compiled searches are checked before the call).
+
+    Returns:
+        bool. False while TensorFlow traces a function for XLA, else True
+        (also when TensorFlow's private XLA-context query is unavailable).
+    """
+    tf = tensorflow()
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - a TensorFlow without it.
+        return True
+    graph = tf.compat.v1.get_default_graph()
+    return not control_flow_util.GraphOrParentsInXlaContext(graph)
