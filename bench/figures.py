@@ -380,6 +380,33 @@ def commits(table):
     return []
 
 
+def dumps(data):
+    """`data` (a figures file's {"tables": ...}) as JSON in the files'
+    layout: a table's keys one a line, each row and small object on one.
+
+    Args:
+        data: dict. {"tables": {table_id: table}}.
+
+    Returns:
+        str. The file's text, ending in a newline.
+    """
+    def one_line(value):
+        return json.dumps(value, ensure_ascii=False)
+
+    tables = []
+    for table_id, table in data["tables"].items():
+        lines = []
+        for key, value in table.items():
+            if key == "rows" and value:
+                rows = ",\n".join(f"      {one_line(r)}" for r in value)
+                lines.append(f'    "rows": [\n{rows}\n    ]')
+            else:
+                lines.append(f"    {one_line(key)}: {one_line(value)}")
+        body = ",\n".join(lines)
+        tables.append(f"  {one_line(table_id)}: {{\n{body}\n   }}")
+    return '{"tables": {\n' + ",\n".join(tables) + "\n}}\n"
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description="Render the pages' figures from bench/figures/*.json, "

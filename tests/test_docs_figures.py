@@ -7,6 +7,7 @@ which commit, on which CPU and with which command it was measured, and
 README.md's Results and Hardware tables are all marked blocks."""
 
 import decimal
+import glob
 import importlib.util
 import json
 import os
@@ -287,3 +288,13 @@ def test_the_multi30k_means_are_the_means_of_their_runs():
         want = f"{mean}" if len(scores) == 1 else (
             f"{mean} ({min(scores)}-{max(scores)})")
         assert shown == want, row
+
+
+def test_the_data_files_keep_the_layout_dumps_writes():
+    """A script that updates a figure (`figures.dumps`) rewrites only the
+    lines it changes."""
+    for path in sorted(glob.glob(os.path.join(REPO, "bench", "figures",
+                                              "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        assert figures.dumps(json.loads(text)) == text, path
