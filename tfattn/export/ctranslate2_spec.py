@@ -57,6 +57,12 @@ class NotExportable(ValueError):
     """The model has a part CTranslate2 cannot compute exactly."""
 
 
+# Model options that change the logits or the search in a way this export
+# does not carry over to CTranslate2 (each off, i.e. falsy, by default).
+_UNMAPPED_OPTIONS = ("final_logits_bias", "suppress_bos", "bos_is_eos",
+                     "masked_output_ids")
+
+
 def _numpy(variable):
     return np.asarray(variable.numpy(), dtype=np.float32)
 
@@ -106,6 +112,14 @@ def _check_common(model, blocks, vocabularies, vocabulary_size):
             f"model: holds quantized weights ({quantized[0]}, "
             f"{len(quantized)} in all); export the float model and pass "
             "quantization='int8' to to_ctranslate2 instead")
+    unmapped = [f"{name}={getattr(model, name)!r}"
+                for name in _UNMAPPED_OPTIONS if getattr(model, name, None)]
+    if unmapped:
+        raise NotExportable(
+            f"model: {', '.join(unmapped)} has no CTranslate2 mapping in "
+            "this export (a checkpoint's logits bias, a suppressed or "
+            "shared start token, masked output ids); export it as a "
+            "SavedModel instead")
     activations = {str(block.activation) for block in blocks}
     if activations != {"relu"}:
         raise NotExportable(

@@ -14,6 +14,16 @@
   `reference_2017` / `reference_2019` `Transformer`
   (tfattn/interop/reference_checkpoint.py; it needs TensorFlow, so it is
   loaded when one of its names is first asked for).
+- `gpt2`: GPT-2 checkpoints, a Hugging Face directory or a keras-hub
+  preset, <-> an equal `CausalLM` and its tokenizer
+  (`gpt2.from_huggingface`, `gpt2.from_keras_hub`, `gpt2.to_huggingface`,
+  `gpt2.to_keras_hub`; tfattn/interop/gpt2.py, loaded on first use like
+  the TF1 import). Hugging Face directories are read by
+  tfattn/interop/hf_files.py.
+- `marian.from_huggingface(directory)` / `marian.to_huggingface(model,
+  tokenizer, directory)`: a Hugging Face `MarianMTModel` (OPUS-MT)
+  directory <-> an equal `Transformer` and its `MarianTokenizer`
+  (tfattn/interop/marian.py, loaded on first use).
 
 Each returns a new, built layer; the input is not changed. This package
 hands the names on; each module's docstring says what "equal" means.
@@ -32,7 +42,8 @@ from tfattn.interop.keras_hub import from_keras_hub
 from tfattn.interop.keras_hub import to_keras_hub
 
 __all__ = ["from_keras", "to_keras", "from_keras_hub", "to_keras_hub",
-           "from_reference_checkpoint", "load_reference_checkpoint"]
+           "from_reference_checkpoint", "load_reference_checkpoint", "gpt2",
+           "marian"]
 
 
 def __getattr__(name):
@@ -42,4 +53,12 @@ def __getattr__(name):
         from tfattn.interop import reference_checkpoint
 
         return getattr(reference_checkpoint, name)
+    if name == "gpt2":
+        import importlib
+
+        return importlib.import_module("tfattn.interop.gpt2")
+    if name == "marian":  # SentencePiece and safetensors on first use
+        import importlib
+
+        return importlib.import_module("tfattn.interop.marian")
     raise AttributeError(f"module 'tfattn.interop' has no attribute {name!r}")

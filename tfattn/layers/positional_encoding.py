@@ -1,5 +1,5 @@
-"""`PositionalEncoding`: sinusoid (paper / 2017 variant) or learned
-positions."""
+"""`PositionalEncoding`: sinusoid (paper / 2017 variant / Marian's halves)
+or learned positions."""
 
 import numbers
 
@@ -12,9 +12,9 @@ from tfattn.ops import _backend
 from tfattn.utils import validation
 
 __all__ = ["KINDS", "PADDING_MODES", "PositionalEncoding",
-           "sinusoid_2017_table", "sinusoid_table"]
+           "sinusoid_2017_table", "sinusoid_halves_table", "sinusoid_table"]
 
-KINDS = ("sinusoid", "sinusoid_2017", "learned")
+KINDS = ("sinusoid", "sinusoid_2017", "learned", "sinusoid_halves")
 PADDING_MODES = (None, "reference_2019", "reference_2017")
 
 _CONTEXT = "PositionalEncoding"
@@ -60,6 +60,35 @@ def sinusoid_2017_table(max_length, num_units):
     return np.where(j % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
 
 
+def sinusoid_halves_table(max_length, num_units):
+    """Marian's sinusoid table [max_length, C], float32: the paper's
+    frequencies, sines in the first half of the channels and cosines in the
+    second (not interleaved).
+
+    Follows `MarianSinusoidalPositionalEmbedding._init_weight` of Hugging
+    Face transformers (modeling_marian.py): angle(pos, j) = pos /
+    10000^(2·floor(j/2)/C); columns [0, ceil(C/2)) hold sin of the even
+    j's angles, columns [ceil(C/2), C) cos of the odd j's. Computed in
+    float64, returned as float32 (as torch.FloatTensor casts it).
+
+    Args:
+        max_length: int. Number of positions (rows).
+        num_units: int. Width C (columns).
+
+    Returns:
+        np.ndarray [max_length, C], float32.
+    """
+    pos = np.arange(max_length, dtype=np.float64)[:, None]
+    j = np.arange(num_units)
+    angle = pos / np.power(10000.0, 2.0 * (j // 2) / float(num_units))
+    return np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])],
+                          axis=1).astype(np.float32)
+
+
+_TABLES = {"sinusoid": sinusoid_table, "sinusoid_2017": sinusoid_2017_table,
+           "sinusoid_halves": sinusoid_halves_table}
+
+
 @keras.saving.register_keras_serializable(package="tfattn")
 class PositionalEncoding(keras.layers.Layer):
     """Adds positional information to embeddings, as the paper or a reference.
@@ -73,6 +102,9 @@ class PositionalEncoding(keras.layers.Layer):
     - `"sinusoid_2017"`: the 2017 code's final sinusoid option (§1.3), whose
       exponent is 2·j/C. **It deviates from the paper** (frequencies fall
       twice as fast); use it only to reproduce that code.
+    - `"sinusoid_halves"`: Marian's (OPUS-MT's) table: the paper's
+      frequencies with all sines in the first half of the channels and all
+      cosines in the second (`sinusoid_halves_table`).
     - `"learned"`: the 2017 code's default (§1.3): a trainable [L, C] table,
       Glorot-uniform, weight `embeddings`.
 
@@ -113,8 +145,8 @@ class PositionalEncoding(keras.layers.Layer):
     the caller masks).
 
     Args:
-        kind: one of `"sinusoid"`, `"sinusoid_2017"`, `"learned"`. Defaults
-            to `"sinusoid"`.
+        kind: one of `"sinusoid"`, `"sinusoid_2017"`, `"learned"`,
+            `"sinusoid_halves"`. Defaults to `"sinusoid"`.
         max_length: int. Number of positions L in the table; inputs need
             `start_index + T <= max_length`. Defaults to `512`.
         padding_mode: one of `None`, `"reference_2019"`, `"reference_2017"`.
@@ -181,9 +213,8 @@ class PositionalEncoding(keras.layers.Layer):
                 trainable=True,
             )
         else:
-            make = (sinusoid_table if self.kind == "sinusoid"
-                    else sinusoid_2017_table)
-            self._table = _constant(make(self.max_length, num_units))
+            self._table = _constant(
+                _TABLES[self.kind](self.max_length, num_units))
         self.built = True
 
     def table(self):

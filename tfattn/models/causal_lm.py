@@ -17,9 +17,11 @@ from tfattn.models import _ids
 from tfattn.models import _prompts
 from tfattn.models.layout import checked_activation
 from tfattn.models.layout import checked_layout
+from tfattn.models.layout import checked_output_mask
 from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
 from tfattn.utils import validation
+from tfattn.utils.ids import BOS_ID
 from tfattn.utils.ids import EOS_ID
 from tfattn.utils.ids import PAD_ID
 from tfattn.utils.seeds import sublayer_seed
@@ -70,13 +72,30 @@ class CausalLM(keras.Model):
             (the paper's §3.4). Defaults to `True`; GPT-2 does not (False,
             with a table from N(0, 0.02)).
         activation: the feed-forward activation, a Keras activation name
-            or callable. Defaults to `"relu"` (the paper's and the
-            references', which fix it); `"gelu"` is GPT's.
+            or callable, or `"gelu_tanh"` (GELU's tanh approximation,
+            GPT-2's; Keras's `"gelu"` is the exact one, GPT's).
+            Defaults to `"relu"` (the paper's and the references', which
+            fix it).
         seed: int or None. Dropout seed.
         kernel_initializer: a Keras initializer of every Dense kernel (the
             blocks' projections and feed-forward layers, and an untied
             output head). Defaults to `"glorot_uniform"` (Keras's); GPT-2's
             is `keras.initializers.RandomNormal(stddev=0.02)`.
+        layer_norm_epsilon: float > 0 or None. The epsilon of every layer
+            norm (the blocks' and the pre-norm stack's final one). Defaults
+            to `None`: the flavour's (1e-6 in the paper flavour, the
+            references' 1e-8); GPT-2's is 1e-5.
+        bos_is_eos: bool. Read the prompt-start id `BOS_ID` (2) as
+            `EOS_ID` (3), so that the two share one embedding row: GPT-2
+            starts and ends a text with one token, `<|endoftext|>`
+            (`tfattn.interop.gpt2` maps it to 3). Row 2 is then never
+            read. Defaults to `False`.
+        masked_output_ids: tuple of ids in [0, V). Their logits are
+            `MASKED_LOGIT` (-1e9) in every output (`call`, `generate`, the
+            exports): ids the vocabulary holds but the model never
+            predicts, such as the rows an imported vocabulary gains
+            (softmax then gives them probability 0 and the other ids the
+            source model's probabilities). Defaults to `()`.
 
     Call arguments:
         - ids: int [B, T], 0 = padding; or a `train.py` batch, the dict
@@ -105,7 +124,8 @@ class CausalLM(keras.Model):
                  positional_encoding=None, tie_output=None,
                  embeddings_initializer="glorot_uniform", activation="relu",
                  scale_embeddings=True, seed=None,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer="glorot_uniform", layer_norm_epsilon=None,
+                 bos_is_eos=False, masked_output_ids=(), **kwargs):
         """Checks the arguments; the sublayers are created when built."""
         validation.check_positive_int("vocab_size", vocab_size, _CONTEXT)
         if normalize_first is not None:
@@ -118,13 +138,16 @@ class CausalLM(keras.Model):
                 vocab_size, None, num_layers, num_units, num_heads,
                 ffn_units, dropout_rate, attention_dropout_rate, flavor,
                 pre_norm, max_length, positional_encoding, None, tie_output,
-                embeddings_initializer, context=_CONTEXT))
+                embeddings_initializer, context=_CONTEXT,
+                layer_norm_epsilon=layer_norm_epsilon))
         block_args["activation"] = checked_activation(
             activation, flavor, _CONTEXT)
         block_args.update(initializer_arguments(
             _CONTEXT, kernel_initializer=kernel_initializer))
         validation.check_bool("scale_embeddings", scale_embeddings, _CONTEXT)
         validation.check_seed(seed, _CONTEXT)
+        validation.check_bool("bos_is_eos", bos_is_eos, _CONTEXT)
+        masked = checked_output_mask(masked_output_ids, vocab_size, _CONTEXT)
         if flavor != "paper" and not scale_embeddings:
             raise validation.invalid_argument(
                 "scale_embeddings", f"True in flavor '{flavor}', which the "
@@ -147,6 +170,9 @@ class CausalLM(keras.Model):
         self.scale_embeddings = scale_embeddings
         self.seed = seed
         self.kernel_initializer = block_args["kernel_initializer"]
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.bos_is_eos = bos_is_eos
+        self.masked_output_ids = masked
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
         self._positional_kind = positional
@@ -203,6 +229,8 @@ class CausalLM(keras.Model):
         return self._logits(x)
 
     def _embed(self, ids, start_index, training):
+        if self.bos_is_eos:
+            ids = ops.where(ops.equal(ids, BOS_ID), EOS_ID, ids)
         x = self.positions(self.token_embedding(ids), start_index=start_index)
         return self.embedding_dropout(x, training=training)
 
@@ -215,7 +243,12 @@ class CausalLM(keras.Model):
             logits = self.output_dense(x)
         else:
             logits = self.token_embedding.logits(x)
-        return ops.cast(logits, "float32")
+        logits = ops.cast(logits, "float32")
+        if self.masked_output_ids:
+            keep = np.ones((self.vocab_size,), bool)
+            keep[list(self.masked_output_ids)] = False
+            logits = ops.where(keep, logits, MASKED_LOGIT)
+        return logits
 
     def _check_ids(self, ids, values=True):
         return _ids.check_ids("ids", ids, self.vocab_size, self.max_length,
@@ -388,5 +421,8 @@ class CausalLM(keras.Model):
             seed=self.seed,
             kernel_initializer=keras.initializers.serialize(
                 self.kernel_initializer),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            bos_is_eos=self.bos_is_eos,
+            masked_output_ids=list(self.masked_output_ids),
         )
         return with_sublayer_policies(self, config)

@@ -6,7 +6,8 @@ import keras
 from tfattn.utils import validation
 from tfattn.layers.block_base import block_arguments
 
-__all__ = ["checked_layout"]
+__all__ = ["checked_layout", "checked_activation", "checked_output_mask",
+           "gelu_tanh", "serialized_activation"]
 
 _CONTEXT = "Transformer"
 
@@ -30,7 +31,8 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
                    num_units, num_heads, ffn_units, dropout_rate,
                    attention_dropout_rate, flavor, normalize_first,
                    max_length, positional_encoding, share_embeddings,
-                   tie_output, embeddings_initializer, context=_CONTEXT):
+                   tie_output, embeddings_initializer, context=_CONTEXT,
+                   layer_norm_epsilon=None):
     """`Transformer`'s arguments checked, with the flavour's defaults
     filled in.
 
@@ -44,6 +46,9 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
         share_embeddings, tie_output, embeddings_initializer: as in
             `Transformer`.
         context: str. The model that checks; prefixes the messages.
+        layer_norm_epsilon: float > 0 or None (the flavour's epsilon,
+            `tfattn.layers.block_base.resolved_epsilon`). Every layer norm
+            of the blocks and the pre-norm stack's final norm.
 
     Returns:
         (block arguments (`block_arguments`), the flavour's defaults (a
@@ -64,7 +69,7 @@ def checked_layout(source_vocab_size, target_vocab_size, num_layers,
     validation.check_positive_int("max_length", max_length, context)
     block_args = block_arguments(
         context, num_heads, ffn_units, dropout_rate, attention_dropout_rate,
-        flavor, normalize_first, None,
+        flavor, normalize_first, layer_norm_epsilon,
     )
     if num_units % num_heads:
         raise validation.invalid_argument(
@@ -118,22 +123,50 @@ def _resolve(name, value, defaults, flavor, context, fixed=True):
     return value
 
 
+@keras.saving.register_keras_serializable(package="tfattn",
+                                          name="gelu_tanh")
+def gelu_tanh(x):
+    """GELU with the tanh approximation, elementwise (any shape):
+    0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
+
+    GPT-2's activation (Hugging Face's `gelu_new`, keras-hub's
+    `gelu_approximate`; Hendrycks & Gimpel 2016, eq. after §2). Keras's
+    `"gelu"` string is the exact one, x·Φ(x), which differs from this by up
+    to about 5e-4. Models take it by the name `"gelu_tanh"`.
+
+    Args:
+        x: float tensor, any shape.
+
+    Returns:
+        A tensor of `x`'s shape and dtype.
+    """
+    return keras.activations.gelu(x, approximate=True)
+
+
+# Activation names tfattn's models accept besides Keras's own.
+_NAMED_ACTIVATIONS = {"gelu_tanh": gelu_tanh}
+
+
 def checked_activation(activation, flavor, context=_CONTEXT):
     """The feed-forward activation, checked; the reference flavours fix
     ReLU.
 
     Args:
-        activation: a Keras activation name or callable.
+        activation: a Keras activation name or callable, or `"gelu_tanh"`
+            (`gelu_tanh`, GPT-2's).
         flavor: str. The model's flavour.
         context: str. The model that checks; prefixes the messages.
 
     Returns:
-        `activation`, as given (`get_config` stores what the user passed).
+        What the blocks take: `activation` as given, or for `"gelu_tanh"`
+        the function (`get_config` stores what the user passed).
 
     Raises:
         ValueError: naming `activation`, for an unknown one or one that a
             reference flavour does not use.
     """
+    if isinstance(activation, str) and activation in _NAMED_ACTIVATIONS:
+        activation = _NAMED_ACTIVATIONS[activation]
     try:
         function = keras.activations.get(activation)
     except (ValueError, TypeError) as error:
@@ -147,8 +180,49 @@ def checked_activation(activation, flavor, context=_CONTEXT):
     return activation
 
 
+def checked_output_mask(masked_output_ids, vocab_size, context=_CONTEXT):
+    """The ids whose logits a model masks, checked.
+
+    Args:
+        masked_output_ids: a tuple or list of distinct ints in
+            [0, vocab_size).
+        vocab_size: int V.
+        context: str. The model that checks; prefixes the messages.
+
+    Returns:
+        tuple of ints, sorted.
+
+    Raises:
+        ValueError: naming `masked_output_ids`: not a tuple or list, an id
+            that is not an int in [0, V), a repeated id, or every id.
+    """
+    if not isinstance(masked_output_ids, (tuple, list)):
+        raise validation.invalid_argument(
+            "masked_output_ids", "a tuple or list of ids", masked_output_ids,
+            context)
+    ids = tuple(masked_output_ids)
+    for i in ids:
+        if (isinstance(i, bool) or not isinstance(i, int)
+                or not 0 <= i < vocab_size):
+            raise validation.invalid_argument(
+                "masked_output_ids", f"ids in [0, vocab_size={vocab_size})",
+                masked_output_ids, context)
+    if len(set(ids)) != len(ids) or len(ids) >= vocab_size:
+        raise validation.invalid_argument(
+            "masked_output_ids", "distinct ids, fewer than vocab_size="
+            f"{vocab_size}", masked_output_ids, context)
+    return tuple(sorted(ids))
+
+
 def serialized_activation(activation):
-    """`activation` for `get_config`: a name as is, a callable serialized."""
+    """`activation` for `get_config`: a name as is, a callable serialized.
+
+    Args:
+        activation: a Keras activation name or callable.
+
+    Returns:
+        str or dict. The name, or Keras's serialized form of the callable.
+    """
     if isinstance(activation, str):
         return activation
     return keras.activations.serialize(activation)

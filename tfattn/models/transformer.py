@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfattn.decoding.samplers import MASKED_LOGIT
+from tfattn.layers.block_base import block_arguments
 from tfattn.layers.decoder import Decoder
 from tfattn.layers.dropout import Dropout
 from tfattn.layers.encoder import Encoder
@@ -12,7 +13,9 @@ from tfattn.layers.quantization import with_sublayer_policies
 from tfattn.layers.token_embedding import TokenEmbedding
 from tfattn.models._translation import TranslationGeneration
 from tfattn.models import _ids
+from tfattn.models.layout import checked_activation
 from tfattn.models.layout import checked_layout
+from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
 from tfattn.utils import validation
 from tfattn.utils.ids import BOS_ID
@@ -61,8 +64,9 @@ class Transformer(TranslationGeneration, keras.Model):
         normalize_first: bool. Pre-norm blocks (paper flavour only).
         max_length: int. Positions the positional table holds (source and
             target each). Defaults to `256`.
-        positional_encoding: `"sinusoid"`, `"sinusoid_2017"`, `"learned"` or
-            None (the flavour's).
+        positional_encoding: `"sinusoid"`, `"sinusoid_2017"`, `"learned"`,
+            `"sinusoid_halves"` (Marian's layout: all sines, then all
+            cosines) or None (the flavour's).
         share_embeddings: bool or None. One table for source and target.
         tie_output: bool or None. Output projection = target embeddingᵀ.
         embeddings_initializer: a Keras initializer (or its name or config)
@@ -71,6 +75,25 @@ class Transformer(TranslationGeneration, keras.Model):
             fairseq draw N(0, C^-0.5), so that the rows, times sqrt(C), have
             unit scale like the positional signal.
         seed: int or None. Dropout seed.
+        layer_norm_epsilon: float > 0 or None (the flavour's: 1e-6 in the
+            paper flavour). Marian (torch's `LayerNorm`) uses 1e-5.
+        activation: the feed-forward activation, a Keras activation name
+            or callable. Defaults to `"relu"` (the paper's); Marian's
+            OPUS-MT models use `"silu"` (swish).
+        scale_embeddings: bool. Multiply the looked-up token rows by
+            sqrt(C) (the paper's and Marian's `scale_embedding`).
+            Defaults to `True`.
+        final_logits_bias: bool. Add a bias [V] to the output logits, as
+            Marian's `final_logits_bias`. Like Marian's (a torch buffer,
+            not a parameter), it is a non-trainable weight: fine-tuning
+            leaves it as loaded, as fine-tuning in transformers does.
+            Defaults to `False`.
+        suppress_bos: bool. Cached decoding (`decode_step`, hence
+            `generate`, `search` and the exports) also gives `BOS_ID` the
+            masked logit, so searches never emit it. A Marian model's start
+            token is its padding id, which its generation config forbids
+            (`bad_words_ids`); `tfattn.interop.marian` maps that id to
+            `BOS_ID`. Defaults to `False`.
 
     Call arguments:
         - inputs: dict with "source" [B, S] and "target_in" [B, T] int ids, or
@@ -108,6 +131,11 @@ class Transformer(TranslationGeneration, keras.Model):
         tie_output=None,
         embeddings_initializer="glorot_uniform",
         seed=None,
+        layer_norm_epsilon=None,
+        activation="relu",
+        scale_embeddings=True,
+        final_logits_bias=False,
+        suppress_bos=False,
         **kwargs,
     ):
         """Checks the arguments (`layout`) and creates the sublayers."""
@@ -118,6 +146,18 @@ class Transformer(TranslationGeneration, keras.Model):
                 flavor, normalize_first, max_length, positional_encoding,
                 share_embeddings, tie_output, embeddings_initializer))
         validation.check_seed(seed, _CONTEXT)
+        # The epsilon checked as the blocks check it; the activation as
+        # `CausalLM` checks it (the reference flavours fix ReLU).
+        block_args["layer_norm_epsilon"] = block_arguments(
+            _CONTEXT, num_heads, ffn_units, dropout_rate,
+            attention_dropout_rate, flavor, normalize_first,
+            layer_norm_epsilon)["layer_norm_epsilon"]
+        block_args["activation"] = checked_activation(
+            activation, flavor, _CONTEXT)
+        for name, value in (("scale_embeddings", scale_embeddings),
+                            ("final_logits_bias", final_logits_bias),
+                            ("suppress_bos", suppress_bos)):
+            validation.check_bool(name, value, _CONTEXT)
         super().__init__(**kwargs)
         self.source_vocab_size = source_vocab_size
         self.target_vocab_size = target_vocab_size
@@ -135,6 +175,11 @@ class Transformer(TranslationGeneration, keras.Model):
         self.tie_output = tie
         self.embeddings_initializer = initializer
         self.seed = seed
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.activation = activation
+        self.scale_embeddings = scale_embeddings
+        self.final_logits_bias = final_logits_bias
+        self.suppress_bos = suppress_bos
         self._searches = {}
         self.generate_traces = 0
         self._create_sublayers(block_args, defaults["padding_mode"])
@@ -152,13 +197,14 @@ class Transformer(TranslationGeneration, keras.Model):
         self.source_embedding = TokenEmbedding(
             source_vocab_size, num_units, dtype=self.dtype_policy,
             embeddings_initializer=initializer, name="source_embedding",
+            scale=self.scale_embeddings,
         )
         self.target_embedding = (
             self.source_embedding if share else TokenEmbedding(
                 vocab, num_units, dtype=self.dtype_policy,
                 embeddings_initializer=keras.initializers.get(
                     keras.initializers.serialize(initializer)),
-                name="target_embedding"
+                scale=self.scale_embeddings, name="target_embedding"
             )
         )
         pe_kwargs = dict(kind=positional_encoding, max_length=self.max_length,
@@ -215,6 +261,12 @@ class Transformer(TranslationGeneration, keras.Model):
         self.decoder.build(target_x, source_x)
         if self.output_dense is not None:
             self.output_dense.build(target_x)
+        if self.final_logits_bias:
+            # Marian's buffer: a weight that training leaves as loaded.
+            self.logits_bias = self.add_weight(
+                name="final_logits_bias",
+                shape=(self.target_vocab_size or self.source_vocab_size,),
+                initializer="zeros", trainable=False)
         self.built = True
 
     def call(self, inputs, training=None, return_attention_scores=False):
@@ -305,7 +357,10 @@ class Transformer(TranslationGeneration, keras.Model):
             logits = self.output_dense(x)
         else:
             logits = self.target_embedding.logits(x)
-        return ops.cast(logits, "float32")
+        logits = ops.cast(logits, "float32")
+        if self.final_logits_bias:  # [V], as Marian's `final_logits_bias`
+            logits = logits + ops.cast(self.logits_bias, "float32")
+        return logits
 
     # ------------------------------------------------------------------
     # Incremental decoding.
@@ -337,8 +392,9 @@ class Transformer(TranslationGeneration, keras.Model):
             cache: from `init_decode_cache`.
 
         Returns:
-            (logits [B, V] float32, with the padding id's logit at -1e9 so
-            that searches never emit it; the updated cache).
+            (logits [B, V] float32, with the padding id's logit (and with
+            `suppress_bos` BOS's) at -1e9 so that searches never emit it;
+            the updated cache).
         """
         ids = ops.expand_dims(ids, 1)
         keep = masking.padding_mask(ids)
@@ -350,8 +406,11 @@ class Transformer(TranslationGeneration, keras.Model):
         )
         logits = self._logits(x)[:, 0]
         # Never emit padding: it would end a row without EOS.
-        not_pad = ops.not_equal(ops.arange(ops.shape(logits)[-1]), PAD_ID)
-        return ops.where(not_pad[None, :], logits, MASKED_LOGIT), cache
+        ids = ops.arange(ops.shape(logits)[-1])
+        allowed = ops.not_equal(ids, PAD_ID)
+        if self.suppress_bos:
+            allowed = ops.logical_and(allowed, ops.not_equal(ids, BOS_ID))
+        return ops.where(allowed[None, :], logits, MASKED_LOGIT), cache
 
     # ------------------------------------------------------------------
     # Checks and config.
@@ -398,5 +457,10 @@ class Transformer(TranslationGeneration, keras.Model):
             embeddings_initializer=keras.initializers.serialize(
                 self.embeddings_initializer),
             seed=self.seed,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            activation=serialized_activation(self.activation),
+            scale_embeddings=self.scale_embeddings,
+            final_logits_bias=self.final_logits_bias,
+            suppress_bos=self.suppress_bos,
         )
         return with_sublayer_policies(self, config)

@@ -1,0 +1,253 @@
+"""Marian's vocabulary and tokenizer in tfattn ids (private module of
+`tfattn.interop.marian`).
+
+`MarianVocabulary` is the permutation between Marian's ids and tfattn's;
+`MarianTokenizer` follows transformers' `MarianTokenizer`
+(models/marian/tokenization_marian.py): SentencePiece pieces of
+`source.spm` (source text) or `target.spm` (target text), a leading
+language code such as `>>fra<<` kept as one token, special tokens in the
+text kept whole, pieces looked up in `vocab.json` (absent ones read as
+`<unk>`), `</s>` appended; decoding maps ids to pieces and joins them with
+the target SentencePiece model.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+
+from tfattn.interop._marian_files import read_bytes
+from tfattn.interop._marian_files import read_json
+from tfattn.interop._marian_files import refuse
+from tfattn.utils.ids import BOS_ID
+from tfattn.utils.ids import EOS_ID
+from tfattn.utils.ids import PAD_ID
+from tfattn.utils.ids import UNK_ID
+
+__all__ = ["MarianTokenizer", "MarianVocabulary", "TOKENIZER_FILES"]
+
+TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json",
+                   "tokenizer_config.json")
+_SPIECE_UNDERLINE = "\u2581"
+
+
+class MarianVocabulary:
+    """The permutation between Marian ids [0, V) and tfattn ids [0, V].
+
+    tfattn 0 (PAD) and 2 (BOS) both read Marian's padding row (the
+    decoder's start), 1 (UNK) its unk, 3 (EOS) its eos, and 4, 5, ... the
+    other Marian ids in increasing order.
+
+    Args:
+        marian_size: int V. Marian's vocabulary size.
+        pad, eos, unk: int. Marian's special ids.
+        suppress_pad: bool. Marian's generation never emits padding
+            (`bad_words_ids`).
+
+    Attributes:
+        marian_of_tfattn: int array [V + 1]: the Marian id of each tfattn
+            id (the row an embedding takes).
+        tfattn_of_marian: int array [V]: the tfattn id of each Marian id
+            (padding -> BOS_ID, the id whose logit is Marian's padding
+            logit).
+        tfattn_size: int, V + 1.
+    """
+
+    def __init__(self, marian_size, pad, eos, unk, suppress_pad):
+        if len({pad, eos, unk}) != 3:
+            refuse(f"the padding, eos and unk ids ({pad}, {eos}, {unk}) "
+                   "must differ")
+        others = [i for i in range(marian_size) if i not in (pad, eos, unk)]
+        order = [None] * 4
+        order[PAD_ID], order[UNK_ID], order[BOS_ID], order[EOS_ID] = (
+            pad, unk, pad, eos)
+        self.marian_of_tfattn = np.array(order + others, np.int64)
+        self.tfattn_of_marian = np.empty(marian_size, np.int64)
+        self.tfattn_of_marian[self.marian_of_tfattn[1:]] = np.arange(
+            1, marian_size + 1)
+        self.tfattn_of_marian[pad] = BOS_ID
+        self.marian_size = marian_size
+        self.tfattn_size = marian_size + 1
+        self.pad, self.eos, self.unk = pad, eos, unk
+        self.suppress_pad = suppress_pad
+
+    def to_tfattn(self, ids):
+        """Marian ids (any shape) -> tfattn ids, int32."""
+        return self.tfattn_of_marian[np.asarray(ids)].astype(np.int32)
+
+    def to_marian(self, ids):
+        """tfattn ids (any shape) -> Marian ids, int32 (PAD and BOS ->
+        Marian's padding)."""
+        return self.marian_of_tfattn[np.asarray(ids)].astype(np.int32)
+
+
+def _checked_vocab(vocab, config, tokenizer_config):
+    """(ids of unk, eos, pad, suppress_pad) after the vocab.json checks."""
+    names = {key: tokenizer_config.get(f"{key}_token", default)
+             for key, default in (("unk", "<unk>"), ("eos", "</s>"),
+                                  ("pad", "<pad>"))}
+    for key, piece in names.items():
+        if not isinstance(piece, str) or piece not in vocab:
+            refuse(f"vocab.json has no {key} token {piece!r}")
+    size = config.get("vocab_size")
+    if sorted(vocab.values()) != list(range(len(vocab))) or size != len(
+            vocab):
+        refuse(f"vocab.json's ids must be 0..{len(vocab) - 1} once each, "
+               f"and config.json's 'vocab_size' ({size!r}) its size "
+               f"({len(vocab)})")
+    ids = {key: vocab[piece] for key, piece in names.items()}
+    for option, key in (("pad_token_id", "pad"),
+                        ("decoder_start_token_id", "pad"),
+                        ("eos_token_id", "eos")):
+        if config.get(option) != ids[key]:
+            refuse(f"config.json option {option!r} is "
+                   f"{config.get(option)!r}; vocab.json's "
+                   f"{names[key]!r} is {ids[key]}")
+    for option in ("decoder_vocab_size",):
+        if config.get(option) not in (None, size):
+            refuse(f"config.json option {option!r} is {config[option]!r}; "
+                   f"tfattn implements one vocabulary ({size})")
+    bad = config.get("bad_words_ids")
+    if bad not in (None, [], [[ids["pad"]]]):
+        refuse(f"config.json option 'bad_words_ids' is {bad!r}; tfattn "
+               f"implements only [[{ids['pad']}]] (the padding id) or none")
+    return ids, bad == [[ids["pad"]]], names
+
+
+def _processor(model_proto, name):
+    import sentencepiece  # the `pretrained` extra installs it
+
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(model_proto)
+    except (RuntimeError, OSError) as error:
+        refuse(f"{name!r} is not a SentencePiece model ({error})")
+    return processor
+
+
+class MarianTokenizer:
+    """Text <-> tfattn ids for a Marian checkpoint.
+
+    Args:
+        files: dict: the bytes of `source.spm`, `target.spm`, `vocab.json`
+            and `tokenizer_config.json` (written back unchanged by `save`).
+        config: dict. The checkpoint's `config.json` (kept for
+            `to_huggingface`, which writes its other options back).
+
+    Attributes:
+        vocabulary: `MarianVocabulary`.
+        config: dict, `config.json` as read.
+    """
+
+    def __init__(self, files, config):
+        for name in TOKENIZER_FILES:
+            if name not in files:
+                refuse(f"the tokenizer has no {name!r}")
+        self.files = dict(files)
+        self.config = dict(config)
+        options = json.loads(files["tokenizer_config.json"].decode("utf-8"))
+        if options.get("separate_vocabs"):
+            refuse("tokenizer_config.json option 'separate_vocabs' is "
+                   "true; tfattn implements one shared vocabulary")
+        vocab = json.loads(files["vocab.json"].decode("utf-8"))
+        ids, suppress, names = _checked_vocab(vocab, config, options)
+        self.vocabulary = MarianVocabulary(
+            len(vocab), ids["pad"], ids["eos"], ids["unk"], suppress)
+        self._vocab = vocab
+        self._pieces = {i: piece for piece, i in vocab.items()}
+        self._specials = set(names.values())
+        self._split = re.compile(
+            "(" + "|".join(re.escape(s) for s in sorted(
+                self._specials, key=len, reverse=True)) + ")")
+        self.clean_up_tokenization_spaces = bool(
+            options.get("clean_up_tokenization_spaces", False))
+        self._source = _processor(files["source.spm"], "source.spm")
+        self._target = _processor(files["target.spm"], "target.spm")
+
+    @classmethod
+    def from_directory(cls, directory, config):
+        """Reads the four tokenizer files of `directory` (refusing a
+        missing one by name)."""
+        read_json(directory, "tokenizer_config.json")
+        return cls({name: read_bytes(directory, name)
+                    for name in TOKENIZER_FILES}, config)
+
+    def save(self, directory):
+        """Writes the four tokenizer files, byte for byte as read."""
+        for name in TOKENIZER_FILES:
+            with open(os.path.join(directory, name), "wb") as handle:
+                handle.write(self.files[name])
+
+    def tokenize(self, text, target=False):
+        """The pieces of `text` (transformers' `tokenize`): special tokens
+        kept whole, then per chunk a leading `>>xx<<` language code kept
+        whole and the rest cut by the SentencePiece model of the side."""
+        processor = self._target if target else self._source
+        pieces = []
+        for chunk in self._split.split(text):
+            if chunk in self._specials:
+                pieces.append(chunk)
+                continue
+            if chunk.startswith(">>") and chunk.find("<<") != -1:
+                end = chunk.find("<<") + 2
+                pieces.append(chunk[:end])
+                chunk = chunk[end:]
+            if chunk:
+                pieces += processor.encode(chunk, out_type=str)
+        return pieces
+
+    def encode(self, text, target=False):
+        """`text` -> tfattn ids (a list), `</s>` (EOS_ID) appended, as
+        transformers' `tokenizer(text)["input_ids"]` (or `text_target=`
+        with `target=True`) gives in Marian ids.
+
+        Args:
+            text: str.
+            target: bool. Use `target.spm` (labels) instead of
+                `source.spm`.
+
+        Returns:
+            list of int: tfattn ids.
+        """
+        unk = self.vocabulary.unk
+        marian = [self._vocab.get(piece, unk)
+                  for piece in self.tokenize(text, target)]
+        return self.vocabulary.to_tfattn(
+            marian + [self.vocabulary.eos]).tolist()
+
+    def decode(self, ids, skip_special_tokens=True):
+        """tfattn ids [T] -> text (transformers' `decode` of the Marian
+        ids), with the target SentencePiece model.
+
+        Args:
+            ids: int sequence of tfattn ids (a `generate` row: EOS, then
+                PAD).
+            skip_special_tokens: bool. Drop eos, unk and padding.
+
+        Returns:
+            str.
+        """
+        marian = self.vocabulary.to_marian(np.asarray(ids, np.int64))
+        tokens = [self._pieces[i] for i in marian.tolist()]
+        if skip_special_tokens:
+            tokens = [t for t in tokens if t not in self._specials]
+        text, run = "", []
+        for token in tokens:
+            if token in self._specials:
+                text += self._target.decode_pieces(run) + token + " "
+                run = []
+            else:
+                run.append(token)
+        text += self._target.decode_pieces(run)
+        text = text.replace(_SPIECE_UNDERLINE, " ").strip()
+        return _clean_up(text) if self.clean_up_tokenization_spaces else text
+
+
+def _clean_up(text):
+    """transformers' `clean_up_tokenization`."""
+    for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","),
+                     (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+                     (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(old, new)
+    return text
