@@ -8,7 +8,6 @@ translations must be the ones tfattn's own search finds.
 
 import json
 import os
-import re
 
 import keras
 import numpy as np
@@ -167,31 +166,6 @@ def test_reference_2017_is_refused_saying_why(tokenizer, tmp_path):
     model = random_model(tokenizer.vocab_size, flavor="reference_2017")
     with pytest.raises(export.NotExportable, match="ReLU"):
         export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("option, value", [
-    ("final_logits_bias", True), ("suppress_bos", True)])
-def test_checkpoint_options_without_a_mapping_are_refused(
-        tokenizer, tmp_path, option, value):
-    model = random_model(tokenizer.vocab_size, **{option: value})
-    with pytest.raises(export.NotExportable, match=f"{option}={value}"):
-        export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("option, value, shown", [
-    ("bos_is_eos", True, "bos_is_eos=True"),
-    ("masked_output_ids", (5,), "masked_output_ids=(5,)")])
-def test_language_model_options_without_a_mapping_are_refused(
-        tokenizer, tmp_path, option, value, shown):
-    lm = tfattn.CausalLM(tokenizer.vocab_size, num_layers=1, num_units=16,
-                         num_heads=2, ffn_units=32, max_length=MAX_LENGTH,
-                         **{option: value})
-    lm(np.ones((1, 3), "int32"))
-    with pytest.raises(export.NotExportable, match=re.escape(shown)):
-        export.causal_lm_to_ctranslate2(lm, tokenizer, tmp_path / "ct2",
-                                        max_new_tokens=8)
     assert os.listdir(tmp_path) == []
 
 

@@ -6,7 +6,9 @@ blanks to fillings, and of a `SequenceClassifier`, texts to labels.
   whose `serving_default` signature runs tokenisation, the cached beam
   search and detokenisation in one TensorFlow graph.
 - `to_ctranslate2` / `load_ctranslate2` (`ctranslate2.py`): a CTranslate2
-  model directory, for OpenNMT's C++ engine (float32, int8, int16).
+  model directory, for OpenNMT's C++ engine (float32, int8, int16);
+  `checkpoint_to_ctranslate2`: the same for a model imported from a GPT-2
+  or Marian checkpoint (token level: the checkpoint's tokenizer tokenizes).
 - `export_language_model` / `load_language_model` (`language_model.py`):
   a SavedModel of a `CausalLM` whose signatures continue text prompts
   (greedy, or top-p with a temperature and a seed).
@@ -28,6 +30,7 @@ require_tensorflow_backend("tfattn.export")
 from tfattn.export.ctranslate2 import CTranslate2Translator  # noqa: E402
 from tfattn.export.ctranslate2 import NotExportable  # noqa: E402
 from tfattn.export.contract import Translations  # noqa: E402
+from tfattn.export.ctranslate2 import checkpoint_to_ctranslate2  # noqa: E402,E501
 from tfattn.export.ctranslate2 import load_ctranslate2  # noqa: E402
 from tfattn.export.ctranslate2 import to_ctranslate2  # noqa: E402
 from tfattn.export.saved_model import ATTENTION_SIGNATURE_KEY  # noqa: E402
@@ -76,6 +79,7 @@ __all__ = [
     "Translator",
     "VOCAB_FILENAME",
     "causal_lm_to_ctranslate2",
+    "checkpoint_to_ctranslate2",
     "export_classifier",
     "export_language_model",
     "export_masked_lm",

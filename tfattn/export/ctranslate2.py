@@ -17,6 +17,14 @@ int8/int16 weights. `to_ctranslate2` writes, atomically, a directory with
 sources cut to `max_source_length` pieces (EOS included; `truncated` says
 which), each output at most its source length plus `extra_length` pieces.
 
+`checkpoint_to_ctranslate2(model, tokenizer, path)` writes the CTranslate2
+model alone of a model imported by `tfattn.interop.marian` (a
+`ctranslate2.Translator`) or `tfattn.interop.gpt2` (a
+`ctranslate2.Generator`), its vocabulary the token strings of tfattn's ids
+(`ctranslate2_spec.checkpoint_pieces`): CTranslate2 then reads and writes
+the ids the tfattn model does, and the checkpoint's tokenizer turns text
+into them.
+
 Where the two engines differ (say it before you compare them):
 
 - Length penalty: tfattn divides a hypothesis's log-probability by
@@ -50,6 +58,7 @@ __all__ = [
     "VOCAB_FILENAME",
     "CTranslate2Translator",
     "NotExportable",
+    "checkpoint_to_ctranslate2",
     "load_ctranslate2",
     "to_ctranslate2",
 ]
@@ -151,6 +160,61 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
             json.dump(dict(settings, quantization=quantization,
                            ctranslate2_version=ctranslate2.__version__),
                       f, indent=2)
+    return path
+
+
+def checkpoint_to_ctranslate2(model, tokenizer, path, quantization=None,
+                              overwrite=False):
+    """Writes, atomically, the CTranslate2 model of an imported checkpoint.
+
+    A Marian `Transformer` gives a `ctranslate2.Translator` directory
+    (`transformer_spec`: sources end in `</s>`, decoding starts from the
+    Marian padding row, as tfattn's BOS), a GPT-2 `CausalLM` a
+    `ctranslate2.Generator` one (`decoder_only_spec`: prompts start with
+    tfattn's BOS, `<s>`, which reads as `<|endoftext|>`). Token strings in
+    and out are `ctranslate2_spec.checkpoint_pieces(tokenizer)[id]`.
+
+    Args:
+        model: a built `Transformer` or `CausalLM` from `tfattn.interop`.
+        tokenizer: its `MarianTokenizer` or `GPT2Tokenizer`.
+        path: str or path-like. Local directory to create.
+        quantization: None (float32) or one of `QUANTIZATIONS`.
+        overwrite: bool. Replace an existing `path`. Defaults to `False`.
+
+    Returns:
+        str, the absolute `path`.
+
+    Raises:
+        NotExportable: a part of the model does not map exactly.
+        FileExistsError: `path` exists and `overwrite` is False.
+        ImportError: `ctranslate2` is not installed.
+        ValueError: naming `model`, `tokenizer`, `quantization` or
+            `overwrite`.
+    """
+    context = "checkpoint_to_ctranslate2"
+    if not isinstance(overwrite, bool):
+        raise invalid_argument("overwrite", "a Python bool", overwrite,
+                               context)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise invalid_argument("quantization",
+                               f"None or one of {', '.join(QUANTIZATIONS)}",
+                               quantization, context)
+    if not getattr(model, "built", False):
+        raise invalid_argument("model", "a built Transformer or CausalLM",
+                               type(model).__name__, context)
+    pieces = ctranslate2_spec.checkpoint_pieces(tokenizer)
+    path = files.local_directory("path", path, context)
+    _require_ctranslate2()
+    build = (ctranslate2_spec.transformer_spec if hasattr(model, "encoder")
+             else ctranslate2_spec.decoder_only_spec)
+    spec = build(model, pieces)
+    with files.directory_written_atomically(path, overwrite) as tmp_dir:
+        model_dir = os.path.join(tmp_dir, "model")
+        _save_spec(spec, model_dir, quantization)
+        for name in os.listdir(model_dir):
+            os.replace(os.path.join(model_dir, name),
+                       os.path.join(tmp_dir, name))
+        os.rmdir(model_dir)
     return path
 
 

@@ -24,7 +24,27 @@ The mapping (Keras kernels are [in, out], CTranslate2's weights [out, in]):
   ones, as tfattn does); the pre-norm stacks' final norms -> the stacks'
   `layer_norm`; the epsilon -> the config's `layer_norm_epsilon`;
 - the output: the target table itself when tied (no bias), else the output
-  Dense [C, V] transposed, with its bias -> `decoder.projection`.
+  Dense [C, V] transposed, with its bias -> `decoder.projection`;
+- the feed-forward activation -> the spec's `activation`: `relu`, `gelu`
+  (exact) -> `GELU`, `gelu_tanh` -> `GELUTanh`, `silu` / `swish` ->
+  `SWISH`; any other is refused.
+
+Options of imported checkpoints (`tfattn.interop.marian`, `.gpt2`), kept
+with tfattn's ids, so that a CTranslate2 model reads and writes the ids
+the tfattn model does:
+
+- `final_logits_bias` (Marian's) -> the projection's bias;
+- `suppress_bos` (a Marian start token that is never emitted) and the
+  padding id that tfattn's searches never emit: a `MASKED_LOGIT` (-1e9)
+  added to their columns of the projection's bias. CTranslate2's own
+  Marian converter drops the padding row from the vocabulary instead
+  (`MarianMTLoader._remove_pad_weights`); both leave it out of every
+  softmax (`translate_batch`, `score_batch`), but dropping a row would
+  renumber the ids after it, which tfattn's layout puts first;
+- `masked_output_ids` (GPT-2's three added ids) -> the same -1e9 in the
+  bias, as `CausalLM` sets those logits to -1e9;
+- `bos_is_eos` (GPT-2's one `<|endoftext|>`) -> the BOS row of the table
+  is the EOS row, as `CausalLM` reads BOS as EOS.
 
 Flavours: `paper` (pre- and post-norm, shared or separate tables, tied or
 not) and `reference_2019` (post-norm, no attention output projection: an
@@ -36,11 +56,15 @@ is refused: its Q, K and V projections apply a ReLU, which CTranslate2's
 attention has no step for.
 """
 
+import keras
 import numpy as np
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
+from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import UNK_ID
+from tfattn.decoding.draws import MASKED_LOGIT
+from tfattn.models.layout import gelu_tanh
 
 __all__ = [
     "EXPORTABLE_FLAVORS",
@@ -48,6 +72,7 @@ __all__ = [
     "check_exportable",
     "transformer_spec",
     "decoder_only_spec",
+    "checkpoint_pieces",
 ]
 
 EXPORTABLE_FLAVORS = ("paper", "reference_2019")
@@ -57,10 +82,14 @@ class NotExportable(ValueError):
     """The model has a part CTranslate2 cannot compute exactly."""
 
 
-# Model options that change the logits or the search in a way this export
-# does not carry over to CTranslate2 (each off, i.e. falsy, by default).
-_UNMAPPED_OPTIONS = ("final_logits_bias", "suppress_bos", "bos_is_eos",
-                     "masked_output_ids")
+# Feed-forward activations (Keras's functions, or their names) -> the
+# name of CTranslate2's `common_spec.Activation` that computes the same.
+_ACTIVATIONS = (
+    (("relu", keras.activations.relu), "RELU"),
+    (("gelu", keras.activations.gelu), "GELU"),
+    (("gelu_tanh", gelu_tanh), "GELUTanh"),
+    (("silu", "swish", keras.activations.silu), "SWISH"),
+)
 
 
 def _numpy(variable):
@@ -78,8 +107,9 @@ def check_exportable(model, vocabulary_size):
     Raises:
         NotExportable: not a built `Transformer`, flavour
             `reference_2017` or another unmapped one, quantized weights, a
-            feed-forward activation other than ReLU, or vocabularies of
-            another size (the message names it).
+            feed-forward activation CTranslate2 lacks (mapped: relu, gelu,
+            gelu_tanh, silu/swish), or vocabularies of another size (the
+            message names it).
     """
     name = type(model).__name__
     if not hasattr(model, "encoder") or not hasattr(model, "flavor"):
@@ -94,7 +124,7 @@ def check_exportable(model, vocabulary_size):
 
 def _check_common(model, blocks, vocabularies, vocabulary_size):
     """The checks every exported model passes: flavour, float weights,
-    ReLU feed-forwards, the tokenizer's size."""
+    a mapped activation, the tokenizer's size."""
     if model.flavor == "reference_2017":
         raise NotExportable(
             "model: flavor 'reference_2017' cannot be exported to "
@@ -112,24 +142,38 @@ def _check_common(model, blocks, vocabularies, vocabulary_size):
             f"model: holds quantized weights ({quantized[0]}, "
             f"{len(quantized)} in all); export the float model and pass "
             "quantization='int8' to to_ctranslate2 instead")
-    unmapped = [f"{name}={getattr(model, name)!r}"
-                for name in _UNMAPPED_OPTIONS if getattr(model, name, None)]
-    if unmapped:
-        raise NotExportable(
-            f"model: {', '.join(unmapped)} has no CTranslate2 mapping in "
-            "this export (a checkpoint's logits bias, a suppressed or "
-            "shared start token, masked output ids); export it as a "
-            "SavedModel instead")
-    activations = {str(block.activation) for block in blocks}
-    if activations != {"relu"}:
-        raise NotExportable(
-            f"model: feed-forward activation {sorted(activations)} is not "
-            "'relu', the one activation this export maps")
+    _activation_name(blocks)
     if vocabularies != {vocabulary_size}:
         raise NotExportable(
             f"tokenizer: has {vocabulary_size} pieces but the model's "
             f"vocabularies have {sorted(vocabularies)}; export the model "
             "with the SentencePiece model it was trained with")
+
+
+def _activation_name(blocks):
+    """The name of CTranslate2's activation of the blocks' feed-forwards,
+    or NotExportable."""
+    names = set()
+    for block in blocks:
+        activation = block.activation
+        found = [name for keys, name in _ACTIVATIONS
+                 if any(activation is key or (isinstance(activation, str)
+                                              and activation == key)
+                        for key in keys)]
+        if not found:
+            shown = getattr(activation, "__name__", activation)
+            raise NotExportable(
+                f"model: feed-forward activation {shown!r} has no "
+                "CTranslate2 equivalent (mapped: relu, gelu, gelu_tanh, "
+                "silu/swish)")
+        names.add(found[0])
+    return names.pop()
+
+
+def _activation(blocks):
+    from ctranslate2.specs import common_spec
+
+    return getattr(common_spec.Activation, _activation_name(blocks))
 
 
 def transformer_spec(model, pieces):
@@ -151,9 +195,11 @@ def transformer_spec(model, pieces):
     from ctranslate2.specs import transformer_spec as ct2
 
     check_exportable(model, len(pieces))
+    blocks = list(model.encoder.blocks) + list(model.decoder.blocks)
     spec = ct2.TransformerSpec.from_config(
         (model.num_layers, model.num_layers), model.num_heads,
-        pre_norm=bool(model.normalize_first))
+        pre_norm=bool(model.normalize_first),
+        activation=_activation(blocks))
     epsilon = model.encoder.blocks[0].feed_forward_layer_norm.epsilon
     spec.config.layer_norm_epsilon = float(epsilon)
     spec.config.unk_token = pieces[UNK_ID]
@@ -171,6 +217,12 @@ def transformer_spec(model, pieces):
     _set_stack(spec.decoder, model.decoder, model.target_embedding,
                model.target_positions, identity_output)
     _set_projection(spec.decoder.projection, model)
+    bias = (_numpy(model.logits_bias) if model.final_logits_bias else None)
+    # tfattn's `decode_step` never emits padding (nor, with suppress_bos,
+    # BOS); without suppress_bos the export leaves padding unmasked, as it
+    # always has (`CTranslate2Generator` suppresses it by name).
+    masked = (PAD_ID, BOS_ID) if model.suppress_bos else ()
+    _add_output_bias(spec.decoder.projection, bias, masked)
     spec.validate()
     return spec
 
@@ -184,13 +236,29 @@ def _table(embedding):
     return table
 
 
-def _set_stack(spec, stack, embedding, positions, identity_output):
-    """Embeddings, positions, blocks and final norm of one stack."""
+def _add_output_bias(spec, bias, masked):
+    """Adds `bias` [V] (or None) and MASKED_LOGIT at the ids `masked` to
+    the projection's bias (none yet: zeros)."""
+    if bias is None and not masked:
+        return
+    size = spec.weight.shape[0]
+    total = (np.array(spec.bias, np.float32) if spec.has_bias()
+             else np.zeros([size], np.float32))
+    if bias is not None:
+        total = total + bias.reshape(-1)
+    total[list(masked)] = MASKED_LOGIT
+    spec.bias = total
+
+
+def _set_stack(spec, stack, embedding, positions, identity_output,
+               table=None):
+    """Embeddings (`table`, or the layer's), positions, blocks and final
+    norm of one stack."""
     embeddings = spec.embeddings
     # The encoder spec holds a list (one table per source feature).
     if isinstance(embeddings, list):
         embeddings = embeddings[0]
-    embeddings.weight = _table(embedding)
+    embeddings.weight = _table(embedding) if table is None else table
     spec.scale_embeddings = bool(embedding.scale)
     spec.position_encodings.encodings = positions.table()
     for layer_spec, block in zip(spec.layer, stack.blocks):
@@ -292,18 +360,83 @@ def decoder_only_spec(model, pieces):
     pre_norm = bool(model.decoder.normalize_first)
     spec = ct2.TransformerDecoderModelSpec.from_config(
         model.num_layers, model.num_heads, pre_norm=pre_norm,
-        no_final_norm=not pre_norm)
+        no_final_norm=not pre_norm,
+        activation=_activation(model.decoder.blocks))
     epsilon = model.decoder.blocks[0].feed_forward_layer_norm.epsilon
     spec.config.layer_norm_epsilon = float(epsilon)
     spec.config.unk_token = pieces[UNK_ID]
     spec.config.bos_token = pieces[BOS_ID]
     spec.config.eos_token = pieces[EOS_ID]
     spec.register_vocabulary(list(pieces))
+    output = table = _table(model.token_embedding)
+    if model.bos_is_eos:
+        # The model reads BOS as EOS. Its tied logits keep row 2, unless
+        # masked (as GPT-2's import masks it): then one table serves both.
+        table = table.copy()
+        table[BOS_ID] = table[EOS_ID]
+        if BOS_ID in model.masked_output_ids:
+            output = table
     _set_stack(spec.decoder, model.decoder, model.token_embedding,
-               model.positions, model.flavor == "reference_2019")
+               model.positions, model.flavor == "reference_2019", table)
     if model.output_dense is None:
-        spec.decoder.projection.weight = _table(model.token_embedding)
+        spec.decoder.projection.weight = output
     else:
         _set_linear(spec.decoder.projection, model.output_dense)
+    _add_output_bias(spec.decoder.projection, None,
+                     tuple(model.masked_output_ids))
     spec.validate()
     return spec
+
+
+def _unique(name, taken):
+    while name in taken:
+        name = name[:-1] + "_>"
+    return name
+
+
+def checkpoint_pieces(tokenizer):
+    """The CTranslate2 vocabulary (a token string per tfattn id) of an
+    imported checkpoint's tokenizer, for `transformer_spec` and
+    `decoder_only_spec`.
+
+    - a `tfattn.interop.marian.MarianTokenizer`: id i -> the piece of its
+      Marian id (`vocabulary.marian_of_tfattn`); BOS (2), the decoder's
+      start, is Marian's `<pad>`; PAD (0), which reads the same row, is
+      named `<blank>` (made unique);
+    - a `tfattn.interop.gpt2_tokenizer.GPT2Tokenizer`: EOS (3) is
+      `<|endoftext|>`, 4... GPT-2's other tokens in order; the ids GPT-2
+      lacks are `<pad>`, `<unk>` and `<s>` (made unique).
+
+    Args:
+        tokenizer: a `MarianTokenizer` or a `GPT2Tokenizer`.
+
+    Returns:
+        list of str, distinct, one per tfattn id.
+
+    Raises:
+        ValueError: naming `tokenizer`, for another kind.
+    """
+    import json
+
+    from tfattn.interop import gpt2_tokenizer
+
+    vocabulary = getattr(tokenizer, "vocabulary", None)
+    if hasattr(vocabulary, "marian_of_tfattn"):
+        names = {i: piece for piece, i in json.loads(
+            tokenizer.files["vocab.json"].decode("utf-8")).items()}
+        pieces = [names[int(i)] for i in vocabulary.marian_of_tfattn]
+        pieces[PAD_ID] = _unique("<blank>", set(names.values()))
+        return pieces
+    if isinstance(tokenizer, gpt2_tokenizer.GPT2Tokenizer):
+        end = vocabulary[gpt2_tokenizer.END_OF_TEXT]
+        pieces = [None] * (len(vocabulary) + 3)
+        for token, i in vocabulary.items():
+            pieces[int(gpt2_tokenizer.to_tfattn_ids(i, end))] = token
+        for i, name in ((PAD_ID, "<pad>"), (UNK_ID, "<unk>"),
+                        (BOS_ID, "<s>")):
+            pieces[i] = _unique(name, set(vocabulary))
+        return pieces
+    raise ValueError(
+        "Received an invalid value for argument `tokenizer`, expected a "
+        "MarianTokenizer or a GPT2Tokenizer. Received: "
+        f"tokenizer={type(tokenizer).__name__}")
