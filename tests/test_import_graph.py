@@ -33,8 +33,11 @@ LAYERS = [
     # runs, and the evaluations built on data.
     ("tfattn.decoding",),
     ("tfattn.models",),
+    # Checkpoints of other code (TF1, Keras, keras-hub, Hugging Face) into
+    # the models: training starts from them, the exports serve them.
+    ("tfattn.interop",),
     ("tfattn.training",),
-    ("tfattn.export", "tfattn.interop"),
+    ("tfattn.export",),
     ("tfattn.visualize",),
     ("tfattn.cli",),
     # The package face: imports what `import tfattn` offers.

@@ -24,6 +24,11 @@
   tokenizer, directory)`: a Hugging Face `MarianMTModel` (OPUS-MT)
   directory <-> an equal `Transformer` and its `MarianTokenizer`
   (tfattn/interop/marian.py, loaded on first use).
+- `bert`: BERT checkpoints, a Hugging Face directory or a keras-hub
+  preset, <-> an equal `MaskedLM` or `SequenceClassifier` and its
+  WordPiece tokenizer (`bert.from_huggingface`, `bert.from_keras_hub`,
+  `bert.to_huggingface`, `bert.to_keras_hub`; tfattn/interop/bert.py,
+  loaded on first use).
 
 Each returns a new, built layer; the input is not changed. This package
 hands the names on; each module's docstring says what "equal" means.
@@ -43,7 +48,7 @@ from tfattn.interop.keras_hub import to_keras_hub
 
 __all__ = ["from_keras", "to_keras", "from_keras_hub", "to_keras_hub",
            "from_reference_checkpoint", "load_reference_checkpoint", "gpt2",
-           "marian"]
+           "marian", "bert"]
 
 
 def __getattr__(name):
@@ -57,6 +62,10 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module("tfattn.interop.gpt2")
+    if name == "bert":  # TensorFlow Text and safetensors on first use
+        import importlib
+
+        return importlib.import_module("tfattn.interop.bert")
     if name == "marian":  # SentencePiece and safetensors on first use
         import importlib
 

@@ -19,7 +19,7 @@ from tfattn.utils.seeds import sublayer_seed
 __all__ = ["SequenceClassifier"]
 
 _CONTEXT = "SequenceClassifier"
-POOLINGS = ("first", "mean")
+POOLINGS = ("first", "mean", "pooler")
 
 
 @keras.saving.register_keras_serializable(package="tfattn")
@@ -33,15 +33,21 @@ class SequenceClassifier(keras.Model):
         num_classes: int >= 2.
         pooling: `"first"` (the first token's vector: BERT's [CLS]; in
             tfattn's batches the `<s>` token) or `"mean"` (the mean over
-            the real tokens). Defaults to `"first"`.
+            the real tokens) or `"pooler"` (BERT's pooler: the first
+            token's vector through Dense(C) and tanh, a layer
+            `pooler_dense` whose kernel is drawn from
+            `kernel_initializer`). Defaults to `"first"`.
         classifier_dropout_rate: float or None (= `dropout_rate`). Dropout
             on the pooled vector.
         **kwargs: base `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
-        - ids: int [B, T], 0 = padding, T >= 1 (a pooled vector needs a
-          token; T = 0 is refused naming `ids`, in Python where the shape
-          is known and by an in-graph assertion in a TensorFlow graph).
+        - ids: int [B, T], or a dict with `"token_ids"` [B, T] and
+          optionally `"segment_ids"` int [B, T] (with `type_vocab_size >
+          0`; all zeros when absent). 0 = padding, T >= 1 (a pooled
+          vector needs a token; T = 0 is refused naming `ids`, in Python
+          where the shape is known and by an in-graph assertion in a
+          TensorFlow graph).
         - training: bool.
 
     Returns:
@@ -152,16 +158,36 @@ class SequenceClassifier(keras.Model):
             self.num_classes,
             kernel_initializer=fresh_initializer(self.kernel_initializer),
             dtype=self.dtype_policy, name="output_dense")
+        if self.pooling == "pooler":
+            self.pooler_dense = keras.layers.Dense(
+                self.num_units, activation="tanh",
+                kernel_initializer=fresh_initializer(
+                    self.kernel_initializer),
+                dtype=self.dtype_policy, name="pooler_dense")
+            self.pooler_dense.build((None, self.num_units))
+        if isinstance(ids_shape, dict):
+            ids_shape = ids_shape["token_ids"]
         self.text_encoder.build(tuple(ids_shape))
         self.output_dense.build((None, self.num_units))
         self.built = True
 
     def call(self, ids, training=None):
         check_call_flags(training, False, _CONTEXT)
+        segments = None
+        if isinstance(ids, dict):
+            if "token_ids" not in ids:
+                raise validation.invalid_argument(
+                    "ids", "ids [B, T] or a dict with 'token_ids'",
+                    f"<dict with keys {sorted(ids)}>", _CONTEXT)
+            ids, segments = ids["token_ids"], ids.get("segment_ids")
         ids = _check_tokens(self.text_encoder.check_ids(ids))
-        x = self.text_encoder(ids, training=training)
-        pooled = x[:, 0] if self.pooling == "first" else mean_over_tokens(
-            x, ids)
+        x = self.text_encoder(ids, segment_ids=segments, training=training)
+        if self.pooling == "mean":
+            pooled = mean_over_tokens(x, ids)
+        else:
+            pooled = x[:, 0]
+            if self.pooling == "pooler":
+                pooled = self.pooler_dense(pooled)
         pooled = self.classifier_dropout(pooled, training=training)
         return ops.cast(self.output_dense(pooled), "float32")
 

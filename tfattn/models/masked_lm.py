@@ -136,10 +136,10 @@ class MaskedLM(keras.Model):
 
     def call(self, inputs, training=None, return_attention_scores=False):
         check_call_flags(training, return_attention_scores, _CONTEXT)
-        ids, positions = _split_inputs(inputs)
+        ids, positions, segments = _split_inputs(inputs)
         if positions is not None:
             ids = self.text_encoder.check_ids(ids)
-        x = self.text_encoder(ids, training=training,
+        x = self.text_encoder(ids, segment_ids=segments, training=training,
                               return_attention_scores=return_attention_scores)
         if return_attention_scores:
             x, scores = x
@@ -202,14 +202,16 @@ class MaskedLM(keras.Model):
 
 
 def _split_inputs(inputs):
-    """(ids, mask positions or None) from ids or a MaskGenerator dict."""
+    """(ids, mask positions or None, segment ids or None) from ids or a
+    MaskGenerator dict."""
     if isinstance(inputs, dict):
         if "token_ids" not in inputs:
             raise validation.invalid_argument(
                 "inputs", "ids [B, T] or a dict with 'token_ids'",
                 f"<dict with keys {sorted(inputs)}>", _CONTEXT)
-        return inputs["token_ids"], inputs.get("mask_positions")
-    return inputs, None
+        return (inputs["token_ids"], inputs.get("mask_positions"),
+                inputs.get("segment_ids"))
+    return inputs, None, None
 
 
 def _ids_shape(inputs_shape):

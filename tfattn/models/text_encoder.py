@@ -33,7 +33,8 @@ ENCODER_ARGUMENTS = (
     "dropout_rate", "attention_dropout_rate", "flavor", "normalize_first",
     "max_length", "positional_encoding", "embeddings_initializer",
     "activation", "seed", "kernel_initializer", "normalize_embeddings",
-    "scale_embeddings", "positions_initializer",
+    "scale_embeddings", "positions_initializer", "type_vocab_size",
+    "encoder_layer_norm_epsilon",
 )
 
 
@@ -42,7 +43,7 @@ class TextEncoder(keras.layers.Layer):
     """BERT-style body: ids [B, T] -> contextual vectors [B, T, C].
 
     Token embedding (× sqrt(C) unless `scale_embeddings=False`), positions,
-    (a layer norm,) dropout, then an `Encoder`:
+    (segment embeddings,) (a layer norm,) dropout, then an `Encoder`:
     every real token attends to every real token in both directions (BERT's
     bidirectional self-attention; id 0 is padding and is never attended
     to). Blocks are post-norm by default, as in BERT and the paper.
@@ -83,9 +84,20 @@ class TextEncoder(keras.layers.Layer):
             position table (`positional_encoding="learned"`; the
             sinusoids have none). Defaults to `"glorot_uniform"`; BERT's
             is `keras.initializers.TruncatedNormal(stddev=0.02)`.
+        type_vocab_size: int >= 0. The rows of a segment (token type)
+            table whose row `segment_ids[b, t]` is added to the token and
+            position embeddings (BERT's `token_type_embeddings`, 2 in
+            its checkpoints; initialised like the positions). Defaults to
+            `0`: no table, and no `segment_ids`.
+        encoder_layer_norm_epsilon: float > 0 or None. The epsilon of
+            every layer norm of the blocks and of the embedding norm
+            (BERT's `layer_norm_eps`, 1e-12). Defaults to `None`, the
+            flavour's.
 
     Call arguments:
         - ids: int [B, T], 0 = padding.
+        - segment_ids: int [B, T] in [0, type_vocab_size), or None (all
+          zeros). Only with `type_vocab_size > 0`.
         - training: bool.
         - return_attention_scores: bool. Also return the self-attention
           weights, a list (block 0 first) of float32 [B, H, T, T].
@@ -101,7 +113,8 @@ class TextEncoder(keras.layers.Layer):
                  embeddings_initializer="glorot_uniform", activation="relu",
                  seed=None, kernel_initializer="glorot_uniform",
                  normalize_embeddings=False, scale_embeddings=True,
-                 positions_initializer="glorot_uniform", context=_CONTEXT,
+                 positions_initializer="glorot_uniform", type_vocab_size=0,
+                 encoder_layer_norm_epsilon=None, context=_CONTEXT,
                  **kwargs):
         """Checks the arguments (messages prefixed with `context`, the
         model that owns the encoder); sublayers are created when built."""
@@ -112,11 +125,18 @@ class TextEncoder(keras.layers.Layer):
                                     positional_encoding, KINDS, context)
         if normalize_first is not None:
             validation.check_bool("normalize_first", normalize_first, context)
+        if encoder_layer_norm_epsilon is not None and not (
+                isinstance(encoder_layer_norm_epsilon, float)
+                and 0 < encoder_layer_norm_epsilon < float("inf")):
+            raise validation.invalid_argument(
+                "encoder_layer_norm_epsilon", "a finite float > 0 or None",
+                encoder_layer_norm_epsilon, context)
         block_args, defaults, positional, _, _, initializer = checked_layout(
             vocab_size, None, num_layers, num_units, num_heads, ffn_units,
             dropout_rate, attention_dropout_rate, flavor,
             bool(normalize_first), max_length, positional_encoding, None,
-            None, embeddings_initializer, context=context)
+            None, embeddings_initializer, context=context,
+            layer_norm_epsilon=encoder_layer_norm_epsilon)
         block_args["activation"] = checked_activation(
             activation, flavor, context)
         block_args.update(initializer_arguments(
@@ -127,6 +147,11 @@ class TextEncoder(keras.layers.Layer):
         validation.check_bool("normalize_embeddings", normalize_embeddings,
                               context)
         validation.check_bool("scale_embeddings", scale_embeddings, context)
+        if (isinstance(type_vocab_size, bool)
+                or not isinstance(type_vocab_size, int)
+                or type_vocab_size < 0):
+            raise validation.invalid_argument(
+                "type_vocab_size", "an int >= 0", type_vocab_size, context)
         if flavor != "paper" and not scale_embeddings:
             raise validation.invalid_argument(
                 "scale_embeddings", f"True in flavor {flavor!r}, which the "
@@ -157,6 +182,8 @@ class TextEncoder(keras.layers.Layer):
         self.normalize_embeddings = normalize_embeddings
         self.scale_embeddings = scale_embeddings
         self.positions_initializer = positions_initializer
+        self.type_vocab_size = type_vocab_size
+        self.encoder_layer_norm_epsilon = encoder_layer_norm_epsilon
         self._context = context
         self._block_args = block_args
         self._padding_mode = defaults["padding_mode"]
@@ -172,9 +199,16 @@ class TextEncoder(keras.layers.Layer):
             padding_mode=self._padding_mode, dtype=self.dtype_policy,
             embeddings_initializer=fresh_initializer(
                 self.positions_initializer), name="positions")
+        if self.type_vocab_size:
+            self.segment_embedding = keras.layers.Embedding(
+                self.type_vocab_size, self.num_units,
+                embeddings_initializer=fresh_initializer(
+                    self.positions_initializer),
+                dtype=self.dtype_policy, name="segment_embedding")
         if self.normalize_embeddings:
             self.embedding_layer_norm = LayerNormalization(
-                epsilon=resolved_epsilon(self.flavor, None),
+                epsilon=resolved_epsilon(self.flavor,
+                                         self.encoder_layer_norm_epsilon),
                 dtype=self.dtype_policy, name="embedding_layer_norm")
         self.embedding_dropout = Dropout(
             self.dropout_rate, seed=sublayer_seed(self.seed,
@@ -188,14 +222,20 @@ class TextEncoder(keras.layers.Layer):
         self.token_embedding.build(ids_shape)
         self.positions.build(x_shape)
         self.encoder.build(x_shape)
+        if self.type_vocab_size:
+            self.segment_embedding.build(ids_shape)
         if self.normalize_embeddings:
             self.embedding_layer_norm.build(x_shape)
         self.built = True
 
-    def call(self, ids, training=None, return_attention_scores=False):
+    def call(self, ids, segment_ids=None, training=None,
+             return_attention_scores=False):
         check_call_flags(training, return_attention_scores, self._context)
         ids = self.check_ids(ids)
         x = self.positions(self.token_embedding(ids))
+        segment_ids = self._check_segments(segment_ids, ids)
+        if segment_ids is not None:
+            x = x + self.segment_embedding(segment_ids)
         if self.normalize_embeddings:
             x = self.embedding_layer_norm(x)
         x = self.embedding_dropout(x, training=training)
@@ -220,6 +260,38 @@ class TextEncoder(keras.layers.Layer):
         """
         return _ids.check_ids("ids", ids, self.vocab_size, self.max_length,
                               values, context=self._context)
+
+    def _check_segments(self, segment_ids, ids):
+        """`segment_ids` as int32 [B, T] (zeros when None and the encoder
+        has a segment table), or None when it has none."""
+        if not self.type_vocab_size:
+            if segment_ids is not None:
+                raise validation.invalid_argument(
+                    "segment_ids", "None (this encoder has "
+                    "type_vocab_size=0)", "<segment ids>", self._context)
+            return None
+        if segment_ids is None:
+            return ops.zeros_like(ids, dtype="int32")
+        segment_ids = ops.convert_to_tensor(segment_ids)
+        dtype = keras.backend.standardize_dtype(segment_ids.dtype)
+        shape, ids_shape = (validation.shape_of(segment_ids),
+                            validation.shape_of(ids))
+        if "int" not in dtype or len(shape) != 2 or any(
+                a is not None and b is not None and a != b
+                for a, b in zip(shape, ids_shape)):
+            raise validation.invalid_argument(
+                "segment_ids", f"int ids of the shape of ids {ids_shape}",
+                f"<tensor of dtype {dtype} and shape {shape}>",
+                self._context)
+        concrete = (None if isinstance(segment_ids, keras.KerasTensor)
+                    else _ids.concrete(segment_ids))
+        if concrete is not None and concrete.size and (
+                concrete.min() < 0 or concrete.max() >= self.type_vocab_size):
+            raise validation.invalid_argument(
+                "segment_ids", f"ids in [0, type_vocab_size="
+                f"{self.type_vocab_size})", f"<ids from {concrete.min()} to "
+                f"{concrete.max()}>", self._context)
+        return ops.cast(segment_ids, "int32")
 
     def compute_output_shape(self, ids_shape):
         return tuple(ids_shape) + (self.num_units,)
