@@ -20,6 +20,8 @@ EXPORT_CT2 = "runs/tiny_numbers/ctranslate2"
 LM_RUN = "runs/gpt_tiny_numbers"
 # The snippet that fills blanks and fine-tunes with the masked-LM run.
 MLM_RUN = "runs/bert_tiny_numbers"
+# The pretrained guide's checkpoint directories.
+CHECKPOINTS = "checkpoints"
 
 
 GUIDES = os.path.join(REPO, "docs", "guides")
@@ -86,6 +88,36 @@ def export_of_the_run_command(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def checkpoints_of_the_pretrained_guide(tmp_path, monkeypatch):
+    """What the pretrained guide's download leaves in checkpoints/: tiny
+    random OPUS-MT, GPT-2 and BERT directories in the same formats (the
+    snippets only have to run)."""
+    import shutil
+
+    from tests import bert_fixtures
+    from tests import gpt2_fixtures
+    from tests import marian_fixtures
+
+    class Factory:  # marian_fixtures' tmp_path_factory, under tmp_path
+        def mktemp(self, name):
+            return tmp_path / f"{name}_source"
+
+    root = tmp_path / CHECKPOINTS
+    marian_dir = marian_fixtures.write_checkpoint(Factory())[0]
+    shutil.copytree(marian_dir, root / "opus-mt-en-de")
+    hub = gpt2_fixtures.hub_model()
+    vocab, merges = gpt2_fixtures.vocabulary()
+    gpt2_fixtures.write_huggingface(
+        str(root / "gpt2"), gpt2_fixtures.hf_tensors(hub.backbone),
+        gpt2_fixtures.hf_config(len(vocab)), vocab, merges)
+    bert_fixtures.write_huggingface(
+        str(root / "bert-base-uncased"),
+        bert_fixtures.hf_tensors(bert_fixtures.hub_masked_lm(), extras=True),
+        bert_fixtures.hf_config())
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
 def run_of_the_language_model_command(tmp_path, monkeypatch):
     """What `train.py --hparams=gpt_tiny --dataset=numbers` leaves in
     runs/gpt_tiny_numbers, after 2 steps (the snippet only has to run)."""
@@ -135,6 +167,8 @@ def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
         request.getfixturevalue("run_of_the_language_model_command")
     elif MLM_RUN in snippet:
         request.getfixturevalue("run_of_the_masked_lm_command")
+    elif f"{CHECKPOINTS}/" in snippet:
+        request.getfixturevalue("checkpoints_of_the_pretrained_guide")
     else:
         monkeypatch.chdir(tmp_path)
     if 'os.environ["KERAS_BACKEND"]' in snippet:

@@ -9,6 +9,8 @@ Every message names the flag first, with the value given, then says why:
 - `check_dataset_flags(...)`: the dataset flags (`sources.
   parse_dataset_spec`), its refusal named by the flag at fault.
 - `run_hparams(mode, requested, saved)`: which hparams a mode runs with.
+- `check_init_from(...)`: a run started from a pretrained checkpoint
+  (`--init_from`, `tfattn.cli.init_from`).
 - `check_command(command, saved)`: what needs the model directory and the
   hparams: an explicit `--hparams` (or `--hparams_overrides`) that
   disagrees with the set saved in `--model_dir`, the export format and
@@ -55,6 +57,7 @@ __all__ = [
     "run_hparams",
     "check_command",
     "check_decoding_overrides",
+    "check_init_from",
 ]
 
 TRAIN, EVAL, EXPORT, ALL = "train", "eval", "export", "all"
@@ -72,6 +75,7 @@ EXPORT_FORMATS = (SAVED_MODEL, CTRANSLATE2)
 # they would be ignored, so they are refused. --strategy, --tpu (worker
 # roles), --progress_bar and --debug apply in every mode.
 MODE_FLAGS = {
+    "init_from": TRAINING_MODES,
     "train_steps": TRAINING_MODES,
     "train_epochs": TRAINING_MODES,
     "jit_compile": TRAINING_MODES,
@@ -86,8 +90,8 @@ MODE_FLAGS = {
     "ctranslate2_quantization": EXPORT_MODES,
 }
 # Flags whose empty value would silently mean "not given".
-NON_EMPTY_FLAGS = ("model_dir", "export_dir", "data_dir", "manual_dir",
-                   "tpu", "source_language", "target_language")
+NON_EMPTY_FLAGS = ("init_from", "model_dir", "export_dir", "data_dir",
+                   "manual_dir", "tpu", "source_language", "target_language")
 # The flags `check_flag_combination` reads.
 COMBINED_FLAGS = tuple(dict.fromkeys(
     ("mode", "strategy") + tuple(MODE_FLAGS) + NON_EMPTY_FLAGS))
@@ -414,3 +418,59 @@ def _check_export(command, hp, directory):
         raise errors.UsageError(
             f"{shown}: needs the `ctranslate2` package: pip install "
             "'tfattn[serve]' (or pip install ctranslate2).")
+
+
+def check_init_from(command, kind_and_task, fields, started_from):
+    """Refuses a `--init_from` run that cannot start (`tfattn.cli.
+    init_from`): the checkpoint's task against the set's, an explicit
+    `--hparams_overrides` value that the checkpoint fixes otherwise,
+    sampled tokenization, and a model directory trained without it.
+
+    Args:
+        command: commands.Command. Its `init_from`, `hparams` (the set with
+            its overrides), `hparams_overrides` and `model_dir` are read.
+        kind_and_task: `tfattn.interop.pretrained.Description`, or the
+            str why the directory cannot start a run.
+        fields: dict. The HParams fields the checkpoint fixes (empty when
+            the directory was refused).
+        started_from: str or None. The kind recorded in the model
+            directory (None: no run started from a checkpoint there).
+
+    Raises:
+        errors.UsageError: `--init_from=DIR: reason` (or
+            `--hparams_overrides=...` for a conflicting field).
+    """
+    shown = _shown("init_from", command.init_from)
+    if isinstance(kind_and_task, str):
+        raise errors.UsageError(f"{shown}: {kind_and_task}.")
+    task, hp = kind_and_task.task, command.hparams
+    if hp is not None and hp.task == "masked_lm":
+        raise errors.UsageError(
+            f"{shown}: --hparams={command.hparams_name} is a masked "
+            "language model set; training from BERT checkpoints is not "
+            "supported yet.")
+    if hp is not None and hp.task != task:
+        raise errors.UsageError(
+            f"{shown}: the checkpoint is a {_MODEL_OF[task]} (task "
+            f"{task!r}), but --hparams={command.hparams_name} is task "
+            f"{hp.task!r}; name a set of task {task!r}.")
+    if hp is not None and hp.tokenizer_sampling_alpha:
+        raise errors.UsageError(
+            f"{shown}: the checkpoint's tokenizer does not sample, but the "
+            f"set's tokenizer_sampling_alpha is "
+            f"{hp.tokenizer_sampling_alpha}; set it to 0 "
+            "(--hparams_overrides=tokenizer_sampling_alpha=0).")
+    explicit = dict(item.split("=", 1) for item in
+                    command.hparams_overrides.split(",") if "=" in item)
+    for name, value in fields.items():
+        if hp is not None and name in {k.strip() for k in explicit} and (
+                getattr(hp, name) != value):
+            raise errors.UsageError(
+                f"{_shown('hparams_overrides', command.hparams_overrides)}"
+                f": {name} is {getattr(hp, name)!r} here, but the "
+                f"checkpoint {command.init_from} has {name}={value!r}; "
+                f"leave {name} out (the checkpoint fixes it).")
+    if started_from is None and checkpoints.exist(command.model_dir):
+        raise errors.UsageError(
+            f"{shown}: {command.model_dir} holds a run that did not start "
+            "from a checkpoint; train in a new --model_dir.")

@@ -26,6 +26,7 @@ from tfattn import config
 from tfattn.training import distribute
 from tfattn.cli import checks
 from tfattn.cli import errors
+from tfattn.cli import init_from
 from tfattn.cli import language_model
 from tfattn.cli import masked_lm
 from tfattn.cli.errors import decoding_advice
@@ -109,6 +110,8 @@ class Command:
     seed: int = 0
     samples: int = 100
     progress_bar: bool = True
+    # A pretrained checkpoint directory the run starts from (`init_from`).
+    init_from: Optional[str] = None
 
 
 def check_flag_combination(values, given=None):
@@ -182,6 +185,8 @@ def check(command, report=logging.info):
         ValueError, OSError: bad data, hparams or directories.
     """
     # The flags against the hparams and the model directory, first.
+    if command.mode in TRAINING_MODES:
+        command = init_from.checkpoint_hparams(command)
     checks.check_command(command,
                          run_dir.load_saved_hparams(command.model_dir))
     spec = command.dataset
@@ -203,11 +208,15 @@ def check(command, report=logging.info):
     strategy = distribute.make_strategy(command.strategy, command.tpu)
     if not training_mode:
         return None, strategy
-    prepared = preparation.prepare_training(
-        command.hparams, spec, command.model_dir, strategy,
-        steps=command.train_steps, epochs=command.train_epochs,
-        mixed_precision=command.mixed_precision,
-        jit_compile=command.jit_compile, seed=command.seed)
+    start = init_from.start_of(command)
+    if start is not None:
+        prepared = init_from.prepare(command, strategy, start)
+    else:
+        prepared = preparation.prepare_training(
+            command.hparams, spec, command.model_dir, strategy,
+            steps=command.train_steps, epochs=command.train_epochs,
+            mixed_precision=command.mixed_precision,
+            jit_compile=command.jit_compile, seed=command.seed)
     logging.info("Memory: about %s of this machine's %.1f GiB (the "
                  "largest batch; estimated within %.2fx).",
                  prepared.memory.describe(),
@@ -234,7 +243,9 @@ def run_train(command, prepared, report=logging.info):
     """
     from tfattn.decoding import translate
     with errors.guard_memory("training", lambda: training_advice(
-            prepared.hparams, command.model_dir)):
+            prepared.hparams, command.model_dir)), init_from.training(
+            command, init_from.start_of(command),
+            distribute.is_chief(prepared.strategy)):
         result = training.train_prepared(
             prepared, jit_compile=command.jit_compile,
             verbose=int(command.progress_bar and sys.stdout.isatty()))

@@ -57,6 +57,7 @@ def define_flags(sets):
             `HParams`), such as the repository's `hparams` package.
     """
     _define_hparams_flags(sets)
+    _define_init_flags()
     _define_data_flags()
     _define_run_flags()
     _define_output_flags()
@@ -79,6 +80,22 @@ def _define_hparams_flags(sets):
         "run. With --mode=eval or export only the decoding fields ("
         + ", ".join(config.DECODING_FIELDS)
         + ") may be overridden.",
+    )
+
+
+def _define_init_flags():
+    flags.DEFINE_string(
+        "init_from",
+        None,
+        "Start training from a pretrained checkpoint directory: a Hugging "
+        "Face GPT-2 directory or keras-hub GPT-2 preset (a language model "
+        "set) or a Hugging Face Marian/OPUS-MT directory (a translation "
+        "set). The model and its tokenizer come from the checkpoint (no "
+        "vocabulary is learnt), and so do the set's architecture fields "
+        "(num_layers, num_units, num_heads, ffn_units, dropout rates, "
+        "max_length, vocab_size; an explicit different value in "
+        "--hparams_overrides is refused); the set gives the training "
+        "fields. Training modes only; the run resumes without it.",
     )
 
 

@@ -265,7 +265,10 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
     # dies with the eager kernel cache, which `tf.random.set_seed` (and
     # `keras.utils.set_random_seed`) clears, so a tokenizer made before a
     # reseed fails with "Resource ... SentencepieceOp ... does not exist".
-    tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    if isinstance(tokenizer, bytes) or hasattr(tokenizer, "model_proto"):
+        tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    else:  # A pretrained checkpoint's (`export.graph_tokenizer`).
+        getattr(tokenizer, "rebuild_graph_ops", lambda: None)()
     generate = generate_fn(model, sampler, int(extra_length), max_length,
                            jit_compile, seed)
     rows = min(batch_size, len(texts))

@@ -44,11 +44,10 @@ import tensorflow as tf
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
-from tfattn.data.tokenizer import SubwordTokenizer
 from tfattn.decoding import lm_serving
 from tfattn.decoding import samplers
-from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
+from tfattn.export.saved_model import graph_tokenizer
 from tfattn.export.saved_model import loaded_export
 from tfattn.utils import files
 from tfattn.utils.texts import checked_texts
@@ -87,7 +86,8 @@ class LanguageModelExport(tf.Module):
 
     Args:
         model: a built `tfattn.CausalLM`.
-        model_proto: bytes. Its serialized SentencePiece model.
+        model_proto: bytes. Its serialized SentencePiece model (or another
+            tokenizer that `saved_model.graph_tokenizer` accepts).
         max_new_tokens: int >= 1. Pieces generated per prompt at most.
         name: str or None. The module name.
     """
@@ -104,7 +104,7 @@ class LanguageModelExport(tf.Module):
                 "max_new_tokens", f"less than the model's max_length="
                 f"{model.max_length}", max_new_tokens, _CONTEXT)
         self._set_model(model)
-        self.tokenizer = SubwordTokenizer(model_proto)
+        self.tokenizer = graph_tokenizer(model_proto)[0]
         self.max_new_tokens = tf.Variable(self._new, dtype=tf.int32,
                                           trainable=False)
         self.max_prompt_length = tf.Variable(self._width, dtype=tf.int32,
@@ -215,7 +215,9 @@ def export_language_model(model, tokenizer, export_dir, max_new_tokens=50,
 
     Args:
         model: a built `tfattn.CausalLM`.
-        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes).
+        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes, or
+            a pretrained checkpoint's `GPT2Tokenizer`:
+            `saved_model.graph_tokenizer`).
         export_dir: str or path-like. Local directory to create.
         max_new_tokens: int >= 1, below the model's `max_length`. Pieces
             per continuation at most. Defaults to `50`.
@@ -234,9 +236,9 @@ def export_language_model(model, tokenizer, export_dir, max_new_tokens=50,
     if not getattr(model, "built", False) or not hasattr(model, "search"):
         raise invalid_argument("model", "a built tfattn.CausalLM",
                                type(model).__name__, _CONTEXT)
-    model_proto = model_proto_of(tokenizer)
+    in_graph, model_proto = graph_tokenizer(tokenizer)
     export_dir = files.local_directory("export_dir", export_dir, _CONTEXT)
-    module = LanguageModelExport(model, model_proto, max_new_tokens)
+    module = LanguageModelExport(model, in_graph, max_new_tokens)
     write_export(module, model, model_proto, export_dir, overwrite)
     return export_dir
 
@@ -249,14 +251,16 @@ def write_export(module, model, model_proto, export_dir, overwrite):
     Args:
         module: a `tf.Module` with a `trace()` method (the signatures).
         model: the Keras model, saved as `model.keras`.
-        model_proto: bytes. The SentencePiece model.
+        model_proto: bytes or None. The SentencePiece model (None: the
+            tokenizer lives in the graph only).
         export_dir: str. The checked local directory.
         overwrite: bool. Replace an existing `export_dir`.
     """
     with files.directory_written_atomically(export_dir, overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures=module.trace())
-        with open(os.path.join(tmp, "spm.model"), "wb") as f:
-            f.write(model_proto)
+        if model_proto is not None:
+            with open(os.path.join(tmp, "spm.model"), "wb") as f:
+                f.write(model_proto)
         model.save(os.path.join(tmp, "model.keras"))
 
 

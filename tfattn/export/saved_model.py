@@ -62,6 +62,7 @@ __all__ = [
     "SIGNATURE_KEY",
     "loaded_export",
     "VOCAB_FILENAME",
+    "graph_tokenizer",
     "SavedModelTranslator",
     "Translator",
     "export_translator",
@@ -80,7 +81,8 @@ class Translator(tf.Module):
 
     Args:
         model: a built `tfattn.Transformer`.
-        model_proto: bytes. Its serialized SentencePiece model.
+        model_proto: bytes. Its serialized SentencePiece model (or another
+            tokenizer that `graph_tokenizer` accepts).
         beam_size, alpha, extra_length: decoding settings, fixed in the
             graph. Default to `4`, `0.6` and `50`.
         max_source_length: int or None. See
@@ -108,7 +110,7 @@ class Translator(tf.Module):
         self._set_model(model)
         # The tensorflow-text tokenizer (inside `SubwordTokenizer`) keeps the
         # model bytes as a graph constant: nothing outside the SavedModel.
-        self.tokenizer = SubwordTokenizer(model_proto)
+        self.tokenizer = graph_tokenizer(model_proto)[0]
         self._beam_size = beam_size
         self._alpha = alpha
         self._extra_length = extra_length
@@ -241,6 +243,33 @@ class Translator(tf.Module):
         return outputs
 
 
+def graph_tokenizer(tokenizer):
+    """The tokenizer an export runs in its graph, and its SentencePiece
+    bytes (written beside the SavedModel) when it has them.
+
+    Args:
+        tokenizer: a `SubwordTokenizer` or its SentencePiece bytes (a new
+            `SubwordTokenizer` is made, owned by the export), or a
+            `tf.Module` tokenizing in TensorFlow ops (`tokenize([B]
+            strings)` -> ragged ids, `detokenize(ids)` -> strings; a
+            pretrained checkpoint's `GPT2Tokenizer` or `MarianTokenizer`),
+            used as it is.
+
+    Returns:
+        (tokenizer, bytes or None).
+
+    Raises:
+        ValueError: naming `tokenizer`, when it is none of these.
+    """
+    if isinstance(tokenizer, tf.Module) and not hasattr(
+            tokenizer, "model_proto") and all(callable(getattr(
+                tokenizer, name, None)) for name in ("tokenize",
+                                                     "detokenize")):
+        return tokenizer, None
+    model_proto = model_proto_of(tokenizer)
+    return SubwordTokenizer(model_proto), model_proto
+
+
 def _vector_of_strings(sentences):
     """The signature declares [None] strings, but a SavedModel signature
     does not check what it is fed: a [2, 2] tensor would give 4
@@ -265,7 +294,8 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
 
     Args:
         model: a built `tfattn.Transformer`.
-        tokenizer: its `tfattn.data.SubwordTokenizer` (or the bytes of the
+        tokenizer: its `tfattn.data.SubwordTokenizer` (or a pretrained
+            checkpoint's tokenizer: `graph_tokenizer`; or the bytes of the
             SentencePiece model).
         export_dir: str or path-like. Local directory to create.
         beam_size: int. 1 = greedy search. Defaults to `4`.
@@ -300,7 +330,7 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
                         ("jit_compile", jit_compile)):
         if not isinstance(value, bool):
             raise invalid_argument(flag, "a Python bool", value, _CONTEXT)
-    model_proto = model_proto_of(tokenizer)
+    in_graph, model_proto = graph_tokenizer(tokenizer)
     if not getattr(model, "built", False) or not hasattr(model, "generate"):
         raise invalid_argument(
             "model", "a built tfattn.Transformer (call it once, or load it)",
@@ -313,7 +343,7 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
             raise invalid_argument("keras_path", "a path ending in '.keras'",
                                    keras_path, _CONTEXT)
     # Validates the lengths before any file is written.
-    translator = Translator(model, model_proto, beam_size=beam_size,
+    translator = Translator(model, in_graph, beam_size=beam_size,
                             alpha=alpha, extra_length=extra_length,
                             max_source_length=max_source_length,
                             jit_compile=jit_compile)
@@ -324,8 +354,9 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
         with files.directory_written_atomically(export_dir,
                                                 overwrite) as tmp_dir:
             _save_saved_model(translator, tmp_dir)
-            with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
-                f.write(model_proto)
+            if model_proto is not None:
+                with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
+                    f.write(model_proto)
             if keras_path is None:
                 _save_keras(model, os.path.join(tmp_dir, KERAS_FILENAME))
             else:

@@ -9,6 +9,13 @@ language code such as `>>fra<<` kept as one token, special tokens in the
 text kept whole, pieces looked up in `vocab.json` (absent ones read as
 `<unk>`), `</s>` appended; decoding maps ids to pieces and joins them with
 the target SentencePiece model.
+
+`MarianTokenizer` also tokenizes in TensorFlow ops (`tokenize_ids`,
+`detokenize`, `id_to_string`: tensorflow-text's SentencePiece on
+`source.spm`, then a piece -> tfattn id table), for `tf.data`, training and
+the SavedModel exports. The graph path does not keep special tokens or a
+leading `>>xx<<` language code whole in the text (SentencePiece cuts them),
+and it tokenizes targets with `source.spm` too.
 """
 
 import json
@@ -16,6 +23,7 @@ import os
 import re
 
 import numpy as np
+import tensorflow as tf
 
 from tfattn.interop._marian_files import read_bytes
 from tfattn.interop._marian_files import read_json
@@ -126,7 +134,7 @@ def _processor(model_proto, name):
     return processor
 
 
-class MarianTokenizer:
+class MarianTokenizer(tf.Module):
     """Text <-> tfattn ids for a Marian checkpoint.
 
     Args:
@@ -138,9 +146,15 @@ class MarianTokenizer:
     Attributes:
         vocabulary: `MarianVocabulary`.
         config: dict, `config.json` as read.
+        vocab_size: int. tfattn's vocabulary size (Marian's + 1).
+        pad_id, unk_id, bos_id, eos_id: int. 0, 1, 2 and 3.
     """
 
     def __init__(self, files, config):
+        super().__init__(name="marian_tokenizer")
+        # Plain Python attributes (not wrapped, tracked or saved by
+        # tf.Module); `_build_graph_ops` turns tracking back on.
+        self._self_setattr_tracking = False
         for name in TOKENIZER_FILES:
             if name not in files:
                 refuse(f"the tokenizer has no {name!r}")
@@ -155,7 +169,9 @@ class MarianTokenizer:
         self.vocabulary = MarianVocabulary(
             len(vocab), ids["pad"], ids["eos"], ids["unk"], suppress)
         self._vocab = vocab
-        self._pieces = {i: piece for piece, i in vocab.items()}
+        # By Marian id.
+        self._pieces = [piece for piece, _ in sorted(
+            vocab.items(), key=lambda item: item[1])]
         self._specials = set(names.values())
         self._split = re.compile(
             "(" + "|".join(re.escape(s) for s in sorted(
@@ -164,6 +180,93 @@ class MarianTokenizer:
             options.get("clean_up_tokenization_spaces", False))
         self._source = _processor(files["source.spm"], "source.spm")
         self._target = _processor(files["target.spm"], "target.spm")
+        self.vocab_size = self.vocabulary.tfattn_size
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = (
+            PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+        self._build_graph_ops()
+
+    def rebuild_graph_ops(self):
+        """Makes the TensorFlow ops anew: `tf.random.set_seed` (and
+        `keras.utils.set_random_seed`) clears the eager kernel cache, which
+        deletes tensorflow-text's SentencePiece resource."""
+        self._build_graph_ops()
+
+    def _build_graph_ops(self):
+        """The TensorFlow side: SentencePiece pieces, piece -> id table."""
+        import tensorflow_text
+
+        self._self_setattr_tracking = True
+        self._graph_spm = tensorflow_text.SentencepieceTokenizer(
+            model=self.files["source.spm"], out_type=tf.string)
+        self._id_of_piece = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(self._pieces),
+                tf.constant(self.vocabulary.tfattn_of_marian, tf.int32)),
+            default_value=UNK_ID)
+        self._piece_of_id = tf.constant(
+            [self._pieces[i] for i in self.vocabulary.marian_of_tfattn])
+
+    def tokenize_ids(self, text):
+        """Strings to tfattn ids in TensorFlow ops (no `</s>`: training
+        and the exports append EOS).
+
+        Args:
+            text: a `tf.string` scalar or 1-D tensor (or str, list of str).
+
+        Returns:
+            int32 ids: 1-D for a scalar, else a `tf.RaggedTensor` [B, None].
+        """
+        pieces = self._graph_spm.tokenize(tf.convert_to_tensor(text,
+                                                               tf.string))
+        if isinstance(pieces, tf.RaggedTensor):
+            return tf.ragged.map_flat_values(self._id_of_piece.lookup,
+                                             pieces)
+        return self._id_of_piece.lookup(pieces)
+
+    def id_to_piece(self, token_id):
+        """The piece of one tfattn id (Python, not in-graph).
+
+        Args:
+            token_id: int.
+
+        Returns:
+            str.
+        """
+        return self._pieces[int(self.vocabulary.marian_of_tfattn[
+            int(token_id)])]
+
+    def id_to_string(self, ids):
+        """The piece of each tfattn id (any shape), in TensorFlow ops."""
+        return tf.gather(self._piece_of_id, ids)
+
+    def detokenize(self, ids, stop_at_eos=True):
+        """tfattn ids to text in TensorFlow ops (`decode`'s text for
+        ordinary pieces): special ids dropped, pieces joined.
+
+        Args:
+            ids: int [T] or [B, T] (0 = padding), or ragged [B, None].
+            stop_at_eos: bool. Drop every id after a row's first EOS.
+
+        Returns:
+            A `tf.string` scalar for 1-D ids, else a [B] tensor.
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        if ids.shape.rank == 1:
+            return self.detokenize(ids[tf.newaxis], stop_at_eos)[0]
+        is_eos = tf.cast(tf.equal(ids, EOS_ID), tf.int32)
+        after = (tf.cumsum(is_eos, axis=-1) - is_eos) > 0
+        keep = (ids > EOS_ID) & ~(after & stop_at_eos)
+        pieces = tf.gather(self._piece_of_id, tf.ragged.boolean_mask(ids,
+                                                                     keep))
+        text = tf.strings.reduce_join(pieces, axis=-1)
+        text = tf.strings.strip(tf.strings.regex_replace(
+            text, _SPIECE_UNDERLINE, " "))
+        if self.clean_up_tokenization_spaces:
+            for old, new in _CLEAN_UP:
+                text = tf.strings.regex_replace(text, re.escape(old), new)
+        return text
 
     @classmethod
     def from_directory(cls, directory, config):
@@ -180,9 +283,14 @@ class MarianTokenizer:
                 handle.write(self.files[name])
 
     def tokenize(self, text, target=False):
-        """The pieces of `text` (transformers' `tokenize`): special tokens
-        kept whole, then per chunk a leading `>>xx<<` language code kept
-        whole and the rest cut by the SentencePiece model of the side."""
+        """The pieces of a str `text` (transformers' `tokenize`): special
+        tokens kept whole, then per chunk a leading `>>xx<<` language code
+        kept whole and the rest cut by the SentencePiece model of the side.
+        Anything else (a list of str, an array, a tensor) gives tfattn ids
+        in TensorFlow ops (`tokenize_ids`), as training and the exports
+        tokenize."""
+        if not isinstance(text, str):
+            return self.tokenize_ids(text)
         processor = self._target if target else self._source
         pieces = []
         for chunk in self._split.split(text):
@@ -244,10 +352,13 @@ class MarianTokenizer:
         return _clean_up(text) if self.clean_up_tokenization_spaces else text
 
 
+_CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","),
+             (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"),
+             (" 've", "'ve"), (" 're", "'re"))
+
+
 def _clean_up(text):
     """transformers' `clean_up_tokenization`."""
-    for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","),
-                     (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-                     (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+    for old, new in _CLEAN_UP:
         text = text.replace(old, new)
     return text

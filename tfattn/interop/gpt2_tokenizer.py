@@ -225,13 +225,18 @@ class GPT2Tokenizer(tf.Module):
         kept = tf.ragged.boolean_mask(ids, keep)
         gpt2 = tf.ragged.map_flat_values(
             lambda x: to_gpt2_ids(x, self.end_of_text_id), kept)
-        return self.keras_hub_tokenizer.detokenize(gpt2)
+        # Bytes that are not UTF-8 (a token sequence may cut a character)
+        # read as U+FFFD, as transformers' `errors="replace"` decodes.
+        return tf.strings.unicode_transcode(
+            self.keras_hub_tokenizer.detokenize(gpt2), "UTF-8", "UTF-8",
+            errors="replace")
 
     def detokenize(self, ids, stop_at_eos=True):
         """tfattn ids to strings.
 
         Padding, UNK, BOS and EOS decode to nothing; with `stop_at_eos`,
-        every id after a row's first EOS is dropped.
+        every id after a row's first EOS is dropped. Bytes that are not
+        UTF-8 decode to U+FFFD (as transformers' `errors="replace"`).
 
         Args:
             ids: int tensor or array [T] or [B, T] (0 = padding), or a

@@ -6,8 +6,15 @@ and restored from its model directory (`tfattn.training.run_dir`).
 - `model_weights`: the weights `tf.train.Checkpoint` saves and restores.
 - `restore_model`: the model of the latest checkpoint, or the average of
   the last N, with its tokenizer and hparams.
+- `pretrained_architecture(config, weights)`: while it is held,
+  `build_model` builds a pretrained checkpoint's architecture (and loads
+  its weights) instead of the hparams' (a run started from a checkpoint,
+  `tfattn.interop.pretrained`).
 """
 
+import contextlib
+
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -21,10 +28,54 @@ from tfattn.training import checkpoints
 from tfattn.training.run_dir import load_saved_hparams
 
 __all__ = [
+    "pretrained_architecture",
     "build_model",
     "model_weights",
     "restore_model",
 ]
+
+
+_architecture = []  # The held (config, weights or None), innermost last.
+
+
+@contextlib.contextmanager
+def pretrained_architecture(config, weights=None):
+    """While held, `build_model` builds the model of a Keras config (a
+    pretrained checkpoint's architecture, which HParams cannot express)
+    and, given `weights`, sets them.
+
+    Args:
+        config: dict. `keras.saving.serialize_keras_object(model)`.
+        weights: list of arrays or None. The checkpoint's weights, in the
+            model's `weights` order; None keeps the new initialisation
+            (a resumed run restores its checkpoint over it).
+
+    Yields:
+        None.
+    """
+    _architecture.append((config, weights))
+    try:
+        yield
+    finally:
+        _architecture.pop()
+
+
+def _pretrained_model(vocab_size, mixed_precision):
+    config, weights = _architecture[-1]
+    config = dict(config, config=dict(config["config"]))
+    config["config"]["dtype"] = mixed_precision or "float32"
+    model = keras.saving.deserialize_keras_object(config)
+    if model.get_config().get("vocab_size", model.get_config().get(
+            "source_vocab_size")) != vocab_size:
+        raise ValueError(
+            f"The pretrained model's vocabulary differs from the tokenizer's "
+            f"({vocab_size}). Received: vocab_size={vocab_size}")
+    dummy = tf.ones([1, 2], tf.int32)
+    model({"source": dummy, "target_in": dummy}, training=False)
+    if weights is not None:
+        for variable, value in zip(model.weights, weights):
+            variable.assign(tf.cast(value, variable.dtype))
+    return model
 
 
 def build_model(hp, vocab_size, seed=None, mixed_precision=None):
@@ -40,8 +91,11 @@ def build_model(hp, vocab_size, seed=None, mixed_precision=None):
             `"mixed_bfloat16"`); None is float32.
 
     Returns:
-        Transformer, CausalLM or MaskedLM. Built by a call on a dummy batch.
+        Transformer, CausalLM or MaskedLM. Built by a call on a dummy batch
+        (inside `pretrained_architecture`: the pretrained model).
     """
+    if _architecture:
+        return _pretrained_model(vocab_size, mixed_precision)
     model_class = {"language_model": CausalLM,
                    "masked_lm": MaskedLM}.get(hp.task, Transformer)
     model = model_class(**config.model_kwargs(hp, vocab_size), seed=seed,
@@ -85,7 +139,9 @@ def restore_model(model_dir, average_last=1):
 
     Returns:
         (model, tokenizer, hparams): a built `Transformer` holding the
-        checkpoint's (or average's) weights, its `SubwordTokenizer` and its
+        checkpoint's (or average's) weights, its `SubwordTokenizer` (a run
+        started from a pretrained checkpoint: that checkpoint's
+        architecture and tokenizer, `tfattn.interop.pretrained`) and its
         HParams.
 
     Raises:
@@ -112,8 +168,15 @@ def restore_model(model_dir, average_last=1):
             f"Cannot average the last {average_last} checkpoints: "
             f"{model_dir} keeps {len(paths)} ({', '.join(paths)}). Received: "
             f"average_last={average_last}")
-    tokenizer = load_tokenizer(model_dir)
-    model = build_model(hp, tokenizer.vocab_size)
+    from tfattn.interop import pretrained
+    started_from = pretrained.load_from_run(model_dir)
+    if started_from is None:
+        tokenizer = load_tokenizer(model_dir)
+        model = build_model(hp, tokenizer.vocab_size)
+    else:
+        architecture, tokenizer, _ = started_from
+        with pretrained_architecture(architecture):
+            model = build_model(hp, tokenizer.vocab_size)
     checkpoint = tf.train.Checkpoint(model=model_weights(model))
     total = None
     for path in paths[-average_last:]:

@@ -6,6 +6,10 @@ of what it holds::
                                     (`tfattn.training.precision`, reused on
                                     resume)
     model_dir/spm.model, spm.vocab  the joint SentencePiece vocabulary
+    model_dir/pretrained/           instead, a run started from a pretrained
+                                    checkpoint (`train.py --init_from`):
+                                    its tokenizer and architecture
+                                    (`tfattn.interop.pretrained`)
     model_dir/ckpt-<step>.*         checkpoints (model, optimizer, step)
     model_dir/.lock                 who is using it (`hold`)
 

@@ -78,7 +78,10 @@ def attention_maps(model, tokenizer, text, beam_size=1, alpha=0.6,
     if not isinstance(text, str) or not text.strip():
         raise invalid_argument("text", "a non-empty sentence", text,
                                "attention_maps")
-    tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    if isinstance(tokenizer, bytes) or hasattr(tokenizer, "model_proto"):
+        tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
+    else:  # A pretrained checkpoint's (`export.graph_tokenizer`).
+        getattr(tokenizer, "rebuild_graph_ops", lambda: None)()
     if _is_language_model(model):
         return _language_model_maps(model, tokenizer, text)
     if _is_masked_lm(model):
