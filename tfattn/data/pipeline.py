@@ -102,7 +102,8 @@ def encode_pair(tokenizer, source, target):
     """Ids of one pair (scalar strings), for use inside `tf.data.map`.
 
     Args:
-        tokenizer: a `SubwordTokenizer` (anything with `tokenize`).
+        tokenizer: a `SubwordTokenizer` (anything with `tokenize`; one
+            with `tokenize_target` too cuts the target with it).
         source: `tf.string` scalar.
         target: `tf.string` scalar.
 
@@ -110,8 +111,11 @@ def encode_pair(tokenizer, source, target):
         A tuple `(source_ids, target_in, labels)` of 1-D int32 tensors:
         `pieces + [eos]`, `[bos] + pieces` and `pieces + [eos]`.
     """
-    src = _tokenize_one(tokenizer, source)
-    tgt = _tokenize_one(tokenizer, target)
+    src = _tokenize_one(tokenizer.tokenize, source)
+    # A tokenizer with a model per side (a Marian checkpoint's) names its
+    # target side `tokenize_target`.
+    tgt = _tokenize_one(getattr(tokenizer, "tokenize_target",
+                                tokenizer.tokenize), target)
     eos = tf.constant([EOS_ID], tf.int32)
     bos = tf.constant([BOS_ID], tf.int32)
     return (
@@ -143,8 +147,8 @@ def encode_sources(tokenizer, texts):
     return ids.to_tensor(default_value=PAD_ID)
 
 
-def _tokenize_one(tokenizer, text):
-    ids = tokenizer.tokenize(text)
+def _tokenize_one(tokenize, text):
+    ids = tokenize(text)
     if isinstance(ids, tf.RaggedTensor):
         ids = ids.flat_values
     return tf.reshape(tf.cast(ids, tf.int32), [-1])

@@ -13,9 +13,11 @@ the target SentencePiece model.
 `MarianTokenizer` also tokenizes in TensorFlow ops (`tokenize_ids`,
 `detokenize`, `id_to_string`: tensorflow-text's SentencePiece on
 `source.spm`, then a piece -> tfattn id table), for `tf.data`, training and
-the SavedModel exports. The graph path does not keep special tokens or a
-leading `>>xx<<` language code whole in the text (SentencePiece cuts them),
-and it tokenizes targets with `source.spm` too.
+the SavedModel exports; `tokenize_target` does the same with
+`target.spm`, for training labels. The graph path keeps a leading
+`>>xx<<` language code whole, as the Python path does; special tokens
+written in the text (`</s>`, `<unk>`, `<pad>`) it leaves to SentencePiece,
+which cuts them into pieces.
 """
 
 import json
@@ -38,6 +40,10 @@ __all__ = ["MarianTokenizer", "MarianVocabulary", "TOKENIZER_FILES"]
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json",
                    "tokenizer_config.json")
 _SPIECE_UNDERLINE = "\u2581"
+# transformers' `remove_language_code`: ">>" at the start, up to the first
+# "<<" (RE2 syntax, `s`: a code may not hold a newline in practice, but the
+# Python path's `find` crosses one).
+_LANGUAGE_CODE = r"(?s)^(>>.*?<<)"
 
 
 class MarianVocabulary:
@@ -198,6 +204,8 @@ class MarianTokenizer(tf.Module):
         self._self_setattr_tracking = True
         self._graph_spm = tensorflow_text.SentencepieceTokenizer(
             model=self.files["source.spm"], out_type=tf.string)
+        self._graph_target_spm = tensorflow_text.SentencepieceTokenizer(
+            model=self.files["target.spm"], out_type=tf.string)
         self._id_of_piece = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(self._pieces),
@@ -206,22 +214,54 @@ class MarianTokenizer(tf.Module):
         self._piece_of_id = tf.constant(
             [self._pieces[i] for i in self.vocabulary.marian_of_tfattn])
 
-    def tokenize_ids(self, text):
+    def tokenize_ids(self, text, target=False):
         """Strings to tfattn ids in TensorFlow ops (no `</s>`: training
-        and the exports append EOS).
+        and the exports append EOS): a leading `>>xx<<` language code as
+        one id, the rest cut by the side's SentencePiece model.
 
         Args:
             text: a `tf.string` scalar or 1-D tensor (or str, list of str).
+            target: bool. Cut with `target.spm` (labels) instead of
+                `source.spm`.
 
         Returns:
             int32 ids: 1-D for a scalar, else a `tf.RaggedTensor` [B, None].
+
+        Raises:
+            ValueError: naming `text`, for a tensor of rank above 1.
         """
-        pieces = self._graph_spm.tokenize(tf.convert_to_tensor(text,
-                                                               tf.string))
-        if isinstance(pieces, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self._id_of_piece.lookup,
-                                             pieces)
-        return self._id_of_piece.lookup(pieces)
+        text = tf.convert_to_tensor(text, tf.string)
+        if text.shape.rank not in (0, 1):
+            raise ValueError(
+                "MarianTokenizer.tokenize_ids: `text` must be a string or "
+                f"a 1-D batch of strings, got a tensor of shape {text.shape}")
+        code = tf.strings.regex_replace(text, _LANGUAGE_CODE + "?.*", r"\1",
+                                        replace_global=False)
+        rest = tf.strings.regex_replace(text, _LANGUAGE_CODE, "")
+        processor = self._graph_target_spm if target else self._graph_spm
+        pieces = processor.tokenize(rest)
+        has_code = tf.not_equal(code, "")
+        if text.shape.rank == 0:
+            pieces = tf.concat([tf.boolean_mask(code[tf.newaxis],
+                                                has_code[tf.newaxis]),
+                                pieces], 0)
+            return self._id_of_piece.lookup(pieces)
+        codes = tf.ragged.boolean_mask(code[:, tf.newaxis],
+                                       has_code[:, tf.newaxis])
+        pieces = tf.concat([codes, pieces], axis=1)
+        return tf.ragged.map_flat_values(self._id_of_piece.lookup, pieces)
+
+    def tokenize_target(self, text):
+        """`tokenize_ids(text, target=True)`: a training pair's target side
+        (`tfattn.data.pipeline.encode_pair` asks for it by this name).
+
+        Args:
+            text: a `tf.string` scalar or 1-D tensor.
+
+        Returns:
+            int32 ids, as `tokenize_ids`.
+        """
+        return self.tokenize_ids(text, target=True)
 
     def id_to_piece(self, token_id):
         """The piece of one tfattn id (Python, not in-graph).
@@ -290,7 +330,7 @@ class MarianTokenizer(tf.Module):
         in TensorFlow ops (`tokenize_ids`), as training and the exports
         tokenize."""
         if not isinstance(text, str):
-            return self.tokenize_ids(text)
+            return self.tokenize_ids(text, target)
         processor = self._target if target else self._source
         pieces = []
         for chunk in self._split.split(text):
