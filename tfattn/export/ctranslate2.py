@@ -7,7 +7,10 @@ int8/int16 weights. `to_ctranslate2` writes, atomically, a directory with
 - `model.bin`, `config.json` and `shared_vocabulary.json`: the CTranslate2
   model, built by `ctranslate2_spec.transformer_spec` and saved by a
   `ctranslate2.converters.Converter` (with `quantization`);
-- `spm.model`: the run's SentencePiece model;
+- `spm.model`: the run's SentencePiece model, or for a model imported from
+  a checkpoint (`tfattn.interop.marian`) a `pretrained/` folder with the
+  checkpoint's tokenizer (`source.spm`, `target.spm`, `vocab.json`, ...),
+  which then turns text into tokens and back;
 - `tfattn_decoding.json`: the decoding defaults of the run (beam size,
   length penalty, extra and maximum lengths) that `load_ctranslate2`'s
   translator uses.
@@ -42,6 +45,7 @@ Where the two engines differ (say it before you compare them):
 import json
 import os
 from tfattn.utils import files
+from tfattn.export import _ctranslate2_text as text_side
 from tfattn.export import ctranslate2_spec
 from tfattn.export.contract import Translations
 from tfattn.export.contract import checked_texts
@@ -64,7 +68,7 @@ __all__ = [
 ]
 
 _CONTEXT = "to_ctranslate2"
-VOCAB_FILENAME = "spm.model"
+VOCAB_FILENAME = text_side.VOCAB_FILENAME
 DECODING_FILENAME = "tfattn_decoding.json"
 QUANTIZATIONS = ("float32", "int8", "int16", "int8_float32", "float16",
                  "bfloat16", "int8_float16", "int8_bfloat16")
@@ -106,7 +110,9 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
         model: a built `tfattn.Transformer` of flavour `paper` or
             `reference_2019` (see `ctranslate2_spec`).
         tokenizer: its `tfattn.data.SubwordTokenizer` (or the bytes of the
-            SentencePiece model).
+            SentencePiece model), or the `MarianTokenizer` of a model
+            imported by `tfattn.interop.marian` (kept in the export; the
+            translator then tokenizes as transformers' `MarianTokenizer`).
         path: str or path-like. Local directory to create.
         quantization: None (float32) or a CTranslate2 weight type: one of
             `QUANTIZATIONS` (`"int8"`, `"int16"`, ...). Defaults to `None`.
@@ -133,7 +139,9 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
         raise invalid_argument("quantization",
                                f"None or one of {', '.join(QUANTIZATIONS)}",
                                quantization, _CONTEXT)
-    model_proto = model_proto_of(tokenizer)
+    checkpoint = text_side.is_checkpoint_tokenizer(tokenizer)
+    if not checkpoint:
+        model_proto_of(tokenizer)  # Refuses another tokenizer by name.
     if not getattr(model, "built", False) or not hasattr(model, "generate"):
         raise invalid_argument(
             "model", "a built tfattn.Transformer (call it once, or load it)",
@@ -142,7 +150,9 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
     max_source_length, max_length = decode_lengths(model, extra_length,
                                                    max_source_length)
     ctranslate2 = _require_ctranslate2()
-    spec = ctranslate2_spec.transformer_spec(model, _pieces(model_proto))
+    spec = ctranslate2_spec.transformer_spec(
+        model, ctranslate2_spec.checkpoint_pieces(tokenizer) if checkpoint
+        else _pieces(model_proto_of(tokenizer)))
     settings = dict(beam_size=beam_size, alpha=alpha,
                     extra_length=int(extra_length),
                     max_source_length=max_source_length,
@@ -154,8 +164,7 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
             os.replace(os.path.join(model_dir, name),
                        os.path.join(tmp_dir, name))
         os.rmdir(model_dir)
-        with open(os.path.join(tmp_dir, VOCAB_FILENAME), "wb") as f:
-            f.write(model_proto)
+        text_side.save(tokenizer, model, tmp_dir, path)
         with open(os.path.join(tmp_dir, DECODING_FILENAME), "w") as f:
             json.dump(dict(settings, quantization=quantization,
                            ctranslate2_version=ctranslate2.__version__),
@@ -260,8 +269,6 @@ class CTranslate2Translator:
     def __init__(self, path, device="cpu", compute_type=None,
                  inter_threads=1, intra_threads=0):
         """Reads the export's settings and vocabulary, and loads it."""
-        import sentencepiece as spm
-
         ctranslate2 = _require_ctranslate2()
         path = files.checked_path("path", path, "load_ctranslate2")
         settings_path = os.path.join(path, DECODING_FILENAME)
@@ -271,8 +278,7 @@ class CTranslate2Translator:
                 "tfattn.export.to_ctranslate2")
         with open(settings_path) as f:
             self.settings = json.load(f)
-        self._processor = spm.SentencePieceProcessor()
-        self._processor.Load(os.path.join(path, VOCAB_FILENAME))
+        self._text = text_side.load(path)
         self.compute_type = _resolve_compute_type(
             compute_type, device, self.settings.get("quantization"))
         self.translator = ctranslate2.Translator(
@@ -296,9 +302,9 @@ class CTranslate2Translator:
         """
         texts = checked_texts(texts, "CTranslate2Translator.translate")
         keep = self.settings["max_source_length"] - 1
-        pieces = self._processor.encode(texts, out_type=str)
-        return ([row[:keep] for row in pieces],
-                [len(row) > keep for row in pieces])
+        ids = self._text.ids(texts)
+        return ([[self._text.token(i) for i in row[:keep]] for row in ids],
+                [len(row) > keep for row in ids])
 
     def translate(self, texts, beam_size=None, alpha=None, max_batch_size=0):
         """List of str -> list of str (see `translate_details`).
@@ -358,7 +364,8 @@ class CTranslate2Translator:
                    for result, limit, row in zip(results, limits, pieces)]
         # The contract (`contract.py`): a text without pieces is "", 0.0.
         return Translations(
-            [self._processor.decode(row) for row in outputs],
+            [self._text.text([self._text.id_of(token) for token in row])
+             for row in outputs],
             [float(result.scores[0]) if row else 0.0
              for result, row in zip(results, pieces)],
             truncated)

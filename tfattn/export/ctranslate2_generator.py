@@ -3,8 +3,10 @@ prompts with it.
 
 `causal_lm_to_ctranslate2` writes, atomically, a directory with the
 CTranslate2 decoder-only model (`ctranslate2_spec.decoder_only_spec`),
-`spm.model` and `tfattn_generation.json` (the model's `max_length` and the
-export's `max_new_tokens`). `load_ctranslate2_generator(path)` continues
+`spm.model` (or, for a GPT-2 imported by `tfattn.interop.gpt2`, a
+`pretrained/` folder with its `vocab.json` and `merges.txt`) and
+`tfattn_generation.json` (the model's `max_length` and the export's
+`max_new_tokens`). `load_ctranslate2_generator(path)` continues
 text prompts under the serving contract of `tfattn.decoding.lm_serving`,
 the one the SavedModel of `export_language_model` and
 `lm_evaluation.continue_details` keep: the same prompt window, the same
@@ -19,6 +21,7 @@ from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.decoding import lm_serving
 from tfattn.decoding.translate import model_proto_of
+from tfattn.export import _ctranslate2_text as text_side
 from tfattn.export import ctranslate2 as ct2_export
 from tfattn.export import ctranslate2_spec
 from tfattn.utils import files
@@ -39,7 +42,8 @@ def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,
     Args:
         model: a built `tfattn.CausalLM` (flavour `paper` or
             `reference_2019`).
-        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes).
+        tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes), or
+            the `GPT2Tokenizer` of a model from `tfattn.interop.gpt2`.
         path: str or path-like. Local directory to create.
         quantization: None (float32) or a CTranslate2 weight type
             (`tfattn.export.ctranslate2.QUANTIZATIONS`).
@@ -71,11 +75,14 @@ def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,
         raise invalid_argument(
             "quantization", "None or one of "
             + ", ".join(ct2_export.QUANTIZATIONS), quantization, context)
-    model_proto = model_proto_of(tokenizer)
+    checkpoint = text_side.is_checkpoint_tokenizer(tokenizer)
+    if not checkpoint:
+        model_proto_of(tokenizer)  # Refuses another tokenizer by name.
     path = files.local_directory("path", path, context)
     ct2_export._require_ctranslate2()
     spec = ctranslate2_spec.decoder_only_spec(
-        model, ct2_export._pieces(model_proto))
+        model, ctranslate2_spec.checkpoint_pieces(tokenizer) if checkpoint
+        else ct2_export._pieces(model_proto_of(tokenizer)))
     with files.directory_written_atomically(path, overwrite) as tmp_dir:
         model_dir = os.path.join(tmp_dir, "model")
         ct2_export._save_spec(spec, model_dir, quantization)
@@ -83,8 +90,7 @@ def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,
             os.replace(os.path.join(model_dir, name),
                        os.path.join(tmp_dir, name))
         os.rmdir(model_dir)
-        with open(os.path.join(tmp_dir, "spm.model"), "wb") as f:
-            f.write(model_proto)
+        text_side.save(tokenizer, model, tmp_dir, path)
         with open(os.path.join(tmp_dir, GENERATION_FILENAME), "w") as f:
             json.dump({"max_length": model.max_length,
                        "max_new_tokens": max_new_tokens}, f)
@@ -113,8 +119,6 @@ class CTranslate2Generator:
 
     def __init__(self, path, device="cpu", compute_type=None):
         """Reads the export's lengths and vocabulary, and loads it."""
-        import sentencepiece as spm
-
         ctranslate2 = ct2_export._require_ctranslate2()
         path = files.checked_path("path", path,
                                   "load_ctranslate2_generator")
@@ -128,8 +132,7 @@ class CTranslate2Generator:
         self.max_new_tokens = settings["max_new_tokens"]
         self.max_prompt_length = (settings["max_length"]
                                   - self.max_new_tokens)
-        self._processor = spm.SentencePieceProcessor()
-        self._processor.Load(os.path.join(path, ct2_export.VOCAB_FILENAME))
+        self._text = text_side.load(path)
         self.generator = ctranslate2.Generator(
             path, device=device, compute_type=compute_type or "default")
 
@@ -150,25 +153,23 @@ class CTranslate2Generator:
         if not prompts:
             return lm_serving.Continuations([], [], [])
         rows, truncated = lm_serving.prompt_window(
-            self._processor.encode(prompts), self.max_prompt_length)
+            self._text.ids(prompts), self.max_prompt_length)
         continuations, scores = [""] * len(rows), [0.0] * len(rows)
         # CTranslate2 prefills a batch up to its shortest prompt and feeds
         # the rest token by token into the result: one call per length.
         for length in sorted({len(row) for row in rows}):
             batch = [b for b, row in enumerate(rows) if len(row) == length]
             results = self.generator.generate_batch(
-                [[self._processor.id_to_piece(i) for i in rows[b]]
-                 for b in batch],
+                [[self._text.token(i) for i in rows[b]] for b in batch],
                 max_length=self.max_new_tokens, sampling_topk=1,
                 include_prompt_in_result=False, return_scores=True,
                 length_penalty=0.0,  # The sum, as tfattn's engines give.
                 # Padding is never emitted (tfattn masks it before the
                 # softmax, so both score over the same distribution).
-                suppress_sequences=[[self._processor.id_to_piece(PAD_ID)]],
-                end_token=self._processor.id_to_piece(EOS_ID))
+                suppress_sequences=[[self._text.token(PAD_ID)]],
+                end_token=self._text.token(EOS_ID))
             for b, result in zip(batch, results):
-                continuations[b] = self._processor.decode(
-                    result.sequences_ids[0])
+                continuations[b] = self._text.text(result.sequences_ids[0])
                 scores[b] = float(result.scores[0])
         return lm_serving.Continuations(continuations, scores, truncated)
 

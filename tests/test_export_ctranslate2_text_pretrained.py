@@ -1,0 +1,114 @@
+"""Text in, text out through CTranslate2 for imported checkpoints:
+`to_ctranslate2` of a tiny random Marian (tests/marian_fixtures.py) and
+`causal_lm_to_ctranslate2` of a tiny random GPT-2 (tests/gpt2_fixtures.py,
+built by keras-hub) keep the checkpoint's tokenizer in the export, and
+`load_ctranslate2` / `load_ctranslate2_generator` then give what tfattn
+gives on the same texts: the Marian translator tfattn's greedy search on
+the ids transformers' `MarianTokenizer` gives (the token level is tested
+in tests/test_export_ctranslate2_pretrained.py), the GPT-2 generator
+`lm_evaluation.continue_details`'s continuations and scores.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests import gpt2_fixtures as gpt2_fx
+from tests import marian_fixtures as marian_fx
+from tfattn.decoding import lm_evaluation
+from tfattn.export import ctranslate2 as ct2_export
+from tfattn.export import ctranslate2_generator
+from tfattn.interop import gpt2
+from tfattn.interop import marian
+from tfattn.utils.ids import EOS_ID
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+TEXTS = ["The cat sits on the mat.", "Le chien est sur le tapis.",
+         ">>fra<< A dog runs in the park.", "Собака сидит.", ""]
+
+
+@pytest.fixture(scope="module")
+def marian_model(tmp_path_factory):
+    """A tiny Marian whose end-of-sentence logit is raised, so that some
+    rows stop before their limit and some run to it."""
+    checkpoint = marian_fx.write_checkpoint(tmp_path_factory)
+    _, config, weights, _ = checkpoint
+    bias = weights["final_logits_bias"].copy()
+    bias[0, config["eos_token_id"]] += 4.25
+    directory = marian_fx.changed_copy(
+        checkpoint, tmp_path_factory.mktemp("changed"),
+        weights=dict(weights, final_logits_bias=bias))
+    return marian.from_huggingface(directory)
+
+
+def _tfattn_greedy(model, tokenizer, texts, extra_length):
+    """tfattn's greedy translations of `texts`, one row at a time, on the
+    ids of the Python tokenizer (transformers' `MarianTokenizer`'s)."""
+    outputs = []
+    for text in texts:
+        source = tokenizer.encode(text)
+        if len(source) == 1:  # No pieces: the contract's "".
+            outputs.append("")
+            continue
+        ids, _ = model.generate(np.array([source], "int32"),
+                                max_new_tokens=len(source) + extra_length,
+                                sampler="greedy", jit_compile=False)
+        row = np.asarray(ids)[0].tolist()
+        outputs.append(tokenizer.decode(row[:row.index(EOS_ID)]
+                                        if EOS_ID in row else row))
+    return outputs
+
+
+def test_marian_translator_gives_tfattns_greedy_translations(
+        marian_model, tmp_path):
+    model, tokenizer = marian_model
+    path = ct2_export.to_ctranslate2(model, tokenizer, tmp_path / "ct2",
+                                     beam_size=1, extra_length=6)
+    assert not os.path.exists(os.path.join(path, ct2_export.VOCAB_FILENAME))
+    assert os.path.isfile(os.path.join(path, "pretrained", "source.spm"))
+    translator = ct2_export.load_ctranslate2(path)
+    got = translator.translate(TEXTS)
+    assert got == _tfattn_greedy(model, tokenizer, TEXTS, extra_length=6)
+    assert got[-1] == "" and any(got[:-1])
+    assert len(set(got)) > 2  # Outputs depend on the text.
+
+
+def test_marian_language_code_is_one_token(marian_model, tmp_path):
+    model, tokenizer = marian_model
+    translator = ct2_export.load_ctranslate2(ct2_export.to_ctranslate2(
+        model, tokenizer, tmp_path / "ct2"))
+    pieces, truncated = translator.tokenize([">>fra<< Le chat"])
+    assert pieces[0][0] == ">>fra<<" and truncated == [False]
+    vocab = json.loads(tokenizer.files["vocab.json"])
+    assert all(piece in vocab for piece in pieces[0])
+
+
+@pytest.fixture(scope="module")
+def gpt2_model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt2")
+    gpt2_fx.hub_model().save_to_preset(str(root / "preset"))
+    return gpt2.from_keras_hub(str(root / "preset"))
+
+
+def test_gpt2_generator_continues_as_tfattn(gpt2_model, tmp_path):
+    model, tokenizer = gpt2_model
+    prompts = ["The weather today", "Hello, world!", "über", ""]
+    path = ctranslate2_generator.causal_lm_to_ctranslate2(
+        model, tokenizer, tmp_path / "ct2", max_new_tokens=8)
+    generator = ctranslate2_generator.load_ctranslate2_generator(path)
+    got = generator.continue_details(prompts)
+    ours = lm_evaluation.continue_details(model, tokenizer, prompts,
+                                          max_new_tokens=8)
+    assert got.continuations == ours.continuations
+    np.testing.assert_allclose(got.scores, ours.scores, atol=1e-4, rtol=0)
+    assert any(got.continuations)
+
+
+def test_another_tokenizer_is_refused_by_name(marian_model, tmp_path):
+    model, _ = marian_model
+    with pytest.raises(ValueError, match="tokenizer.*dict"):
+        ct2_export.to_ctranslate2(model, {"a": 1}, tmp_path / "ct2")
+    assert not os.path.exists(tmp_path / "ct2")
