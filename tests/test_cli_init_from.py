@@ -1,7 +1,8 @@
 """train.py --init_from: fine-tuning a pretrained checkpoint (a tiny random
 Marian and GPT-2 directory, tests/marian_fixtures.py and
 tests/gpt2_fixtures.py) on text files, resuming, evaluating and exporting
-the run, and the refusals, each one line naming the flag."""
+the run, and the refusals, each one line naming the flag. BERT's are in
+tests/test_cli_init_from_bert.py."""
 
 import json
 import os
@@ -116,15 +117,6 @@ def test_refuses_a_directory_without_a_checkpoint(sources, tmp_path):
     assert "holds no config.json" in line
 
 
-def test_refuses_a_bert_checkpoint(sources, tmp_path):
-    bert = tmp_path / "bert"
-    bert.mkdir()
-    (bert / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    line = _refused(sources, tmp_path, f"--init_from={bert}",
-                    "--hparams=tiny")
-    assert f"--init_from={bert}: a BERT checkpoint" in line
-
-
 def test_refuses_a_checkpoint_of_another_task(sources, tmp_path):
     marian, _, prefix = sources
     status, line = _main(f"--init_from={marian}", "--hparams=gpt_tiny",
@@ -141,7 +133,8 @@ def test_refuses_a_masked_lm_set(sources, tmp_path):
                          f"--dataset=textfiles:{prefix}",
                          f"--model_dir={tmp_path / 'run'}")
     assert status == 2, line
-    assert "masked language model set" in line and "BERT" in line
+    assert f"--init_from={marian}: the checkpoint is a translation model"\
+        in line and "--hparams=bert_tiny is task 'masked_lm'" in line
 
 
 @pytest.mark.parametrize("override, field, ours, theirs", [

@@ -54,7 +54,21 @@ def test_architecture_fields_are_the_models(dirs):
     ({"config.json": "{"}, "does not parse"),
     ({"config.json": "[1]"}, "is not a JSON object"),
     ({"config.json": '{"model_type": "t5"}'}, "model_type is 't5'"),
-    ({"config.json": '{"model_type": "bert"}'}, "a BERT checkpoint"),
+    ({"config.json": '{"model_type": "bert", "architectures": '
+                     '["BertForSequenceClassification"]}'},
+     "a BERT sequence classifier .*tfattn.interop.bert"),
+    ({"config.json": '{"model_type": "bert", "architectures": '
+                     '["BertModel"]}'},
+     r"a BERT encoder without its masked-LM head \(BertModel\)"),
+    ({"config.json": '{"registered_name": "keras_hub>BertBackbone"}'},
+     r"without its masked-LM head \(keras_hub>BertBackbone\)"),
+    ({"config.json": '{"registered_name": "keras_hub>BertBackbone"}',
+      "task.json": '{"registered_name": "keras_hub>BertTextClassifier"}'},
+     "a BERT sequence classifier"),
+    ({"config.json": '{"registered_name": "keras_hub>BertBackbone"}',
+      "task.json": "{"}, "task.json does not parse"),
+    ({"config.json": '{"registered_name": "keras_hub>BertBackbone"}',
+      "task.json": "[1]"}, "task.json is not a JSON object"),
 ])
 def test_describe_refuses_by_name(tmp_path, contents, message):
     directory = tmp_path / "ckpt"

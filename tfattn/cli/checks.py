@@ -444,11 +444,6 @@ def check_init_from(command, kind_and_task, fields, started_from):
     if isinstance(kind_and_task, str):
         raise errors.UsageError(f"{shown}: {kind_and_task}.")
     task, hp = kind_and_task.task, command.hparams
-    if hp is not None and hp.task == "masked_lm":
-        raise errors.UsageError(
-            f"{shown}: --hparams={command.hparams_name} is a masked "
-            "language model set; training from BERT checkpoints is not "
-            "supported yet.")
     if hp is not None and hp.task != task:
         raise errors.UsageError(
             f"{shown}: the checkpoint is a {_MODEL_OF[task]} (task "

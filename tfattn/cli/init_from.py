@@ -1,7 +1,7 @@
 """`train.py --init_from=DIR`: a training run that starts from a pretrained
-checkpoint (`tfattn.interop.pretrained`: a Hugging Face GPT-2 or Marian
-directory, a keras-hub GPT-2 preset) instead of a random model and a new
-SentencePiece vocabulary.
+checkpoint (`tfattn.interop.pretrained`: a Hugging Face GPT-2, Marian or
+BERT masked-LM directory, a keras-hub GPT-2 or BertMaskedLM preset) instead
+of a random model and a new SentencePiece vocabulary.
 
 - The model is the checkpoint's (its architecture and weights), the
   vocabulary its tokenizer; the hparams set gives the training fields, and

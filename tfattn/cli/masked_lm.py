@@ -25,7 +25,8 @@ def report_fillings(model, tokenizer, spec, count, report):
 
     Args:
         model: MaskedLM. The trained model.
-        tokenizer: SubwordTokenizer. Its vocabulary (with the mask piece).
+        tokenizer: SubwordTokenizer (with the mask piece) or a BERT
+            checkpoint's WordPieceTokenizer. Its vocabulary.
         spec: DatasetSpec. A monolingual spec.
         count: int. Validation texts read (at most 5 are filled).
         report: callable(str). Gets the fillings.

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn.utils import validation
+from tfattn.utils.ids import MASK_ID
 
 __all__ = ["MaskGenerator", "word_starts", "masker_for",
            "masked_lm_batch"]
@@ -336,18 +337,32 @@ def _word_table(word_start_ids, vocab_size):
 
 
 def word_starts(tokenizer):
-    """bool [V]: True for the pieces of `tokenizer` that begin a word
-    (SentencePiece's "▁" prefix), for whole-word masking.
+    """bool [V]: True for the pieces of `tokenizer` that begin a word, for
+    whole-word masking.
+
+    - SentencePiece (`tfattn.data.SubwordTokenizer`): a piece beginning
+      with "▁".
+    - WordPiece (a tokenizer with a `continuation_prefix`, BERT's
+      `tfattn.interop.wordpiece_tokenizer.WordPieceTokenizer`): a piece not
+      beginning with it ("jump" begins a word, "##ing" continues one).
+
+    SentencePiece's special pieces ("<s>", "[MASK]"...) begin no word as
+    they lack "▁"; WordPiece's special ids (0 to 4: [PAD], [UNK], [CLS],
+    [SEP], [MASK]) begin none either.
 
     Args:
-        tokenizer: a `tfattn.data.Tokenizer` (or anything with
-            `vocab_size` and `id_to_piece`).
+        tokenizer: a tokenizer with `vocab_size` and `id_to_piece`.
 
     Returns:
         NumPy bool array [V].
     """
-    return np.array([tokenizer.id_to_piece(i).startswith("\u2581")
-                     for i in range(tokenizer.vocab_size)])
+    prefix = getattr(tokenizer, "continuation_prefix", None)
+    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    if not prefix:
+        return np.array([p.startswith("\u2581") for p in pieces], bool)
+    starts = np.array([not p.startswith(prefix) for p in pieces], bool)
+    starts[:MASK_ID + 1] = False  # [PAD], [UNK], [CLS], [SEP], [MASK].
+    return starts
 
 
 def masker_for(hp, tokenizer, seed=None, static_shapes=False):
@@ -357,7 +372,10 @@ def masker_for(hp, tokenizer, seed=None, static_shapes=False):
         hp: HParams. Reads `mask_selection_rate`, `mask_token_rate`,
             `random_token_rate`, `whole_word_masking` and, with
             `static_shapes`, `max_train_length`.
-        tokenizer: the run's `SubwordTokenizer`, learnt with the mask piece.
+        tokenizer: the run's `SubwordTokenizer` (learnt with the mask
+            piece) or a BERT checkpoint's `WordPieceTokenizer`, whose
+            special ids are tfattn's (0 to 4: [PAD], [UNK], [CLS], [SEP],
+            [MASK]), never chosen.
         seed: int or None. The generator's seed.
         static_shapes: bool. A fixed width P (for XLA): the blanks of the
             longest row `max_train_length` allows.

@@ -3,9 +3,11 @@ accuracy and perplexity at the blanks, and filling blanks in text.
 
 How a text is read (the one rule; `fill_mask`, `fill_mask_details`,
 `masked_lm_scores` and the fill-mask SavedModel,
-`tfattn.export.export_masked_lm`, all follow it): the text's SentencePiece
-pieces (for fill-mask, without the lone "▁" before each `[MASK]`, see
-`without_blank_spaces`) are read as `<s> pieces </s>`; a text of more than
+`tfattn.export.export_masked_lm`, all follow it): the text's pieces
+(SentencePiece's, for fill-mask without the lone "▁" before each
+`[MASK]`, see `without_blank_spaces`; or a BERT checkpoint's WordPiece
+tokens, for fill-mask with each `[MASK]` read as the mask id) are read as
+`<s> pieces </s>` (BERT's `[CLS] tokens [SEP]`); a text of more than
 `max_length - 2` pieces (the model's `max_length`) keeps its first
 `max_length - 2` pieces and is *truncated*. A text with no piece (empty, or
 whitespace only once normalised) reads as `<s> </s>`: it has no blank.
@@ -25,9 +27,11 @@ refuses a text whose blanks fall past `max_length`, which
 `fill_mask_details` answers (the blanks that fit, and `truncated`).
 
 A filling is the word as a user reads it, the same string in the
-SavedModel: "▁hundred" is "hundred", "ty" (the rest of a word) stays "ty",
-special pieces are kept as written ("</s>"); the whole rule, for byte
-pieces too, is in `filling_words`.
+SavedModel: the string that replaces `[MASK]` in the text. SentencePiece's
+"▁hundred" is "hundred", "ty" (the rest of a word) stays "ty"; WordPiece's
+"##ing" is "ing" ("jump[MASK]" reads "jumping"); special pieces are kept
+as written ("</s>", "[SEP]"); the whole rule, for byte pieces too, is in
+`filling_words`.
 """
 
 import json
@@ -38,21 +42,23 @@ import re
 from typing import NamedTuple
 
 import numpy as np
-import sentencepiece as spm
 import tensorflow as tf
 from keras import ops
 
 from tfattn.data.tokenizer import BOS_ID
 from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import MASK_PIECE
-from tfattn.data.tokenizer import UNK_ID
+from tfattn.decoding._mlm_words import filling_words
+from tfattn.decoding._mlm_words import is_wordpiece
+from tfattn.decoding._mlm_words import text_pieces
+from tfattn.decoding._mlm_words import without_blank_spaces
 from tfattn.utils import validation
 from tfattn.utils.files import write_text_atomically
 from tfattn.utils.texts import checked_texts
 
 __all__ = ["FillMaskResult", "masked_lm_scores", "fill_mask",
            "fill_mask_details", "filling_words", "sample_fillings",
-           "evaluate_masked_lm", "without_blank_spaces"]
+           "evaluate_masked_lm", "without_blank_spaces", "text_pieces"]
 
 _CONTEXT = "fill_mask"
 _SPLIT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -66,25 +72,6 @@ class FillMaskResult(NamedTuple):
 
     fillings: list
     truncated: list
-
-
-def text_pieces(tokenizer, texts, blanks):
-    """Each text's piece ids, before the reading rule cuts them.
-
-    Args:
-        tokenizer: SubwordTokenizer.
-        texts: list of str.
-        blanks: bool. Apply `without_blank_spaces` (fill-mask's reading).
-
-    Returns:
-        list of lists of int.
-    """
-    if not texts:
-        return []
-    pieces = tokenizer.tokenize(list(texts)).to_list()
-    if blanks:
-        pieces = [without_blank_spaces(tokenizer, p) for p in pieces]
-    return pieces
 
 
 def _rows(pieces, max_length):
@@ -107,68 +94,6 @@ def _rows(pieces, max_length):
     return rows, [len(p) > room for p in pieces]
 
 
-def without_blank_spaces(tokenizer, pieces):
-    """`pieces` without the lone word-start piece ("▁") that SentencePiece
-    puts before a `[MASK]` written as a word ("a [MASK] dog" gives "▁a",
-    "▁", "[MASK]", "▁dog"): in training a blank replaces a whole piece,
-    word start included, so the text then reads as training's blanks do.
-
-    Args:
-        tokenizer: SubwordTokenizer. Learnt with the mask piece.
-        pieces: list of int. One text's piece ids.
-
-    Returns:
-        list of int.
-    """
-    space, mask = tokenizer.piece_to_id("\u2581"), tokenizer.mask_id
-    return [p for i, p in enumerate(pieces)
-            if not (p == space and i + 1 < len(pieces)
-                    and pieces[i + 1] == mask)]
-
-
-def filling_words(tokenizer, ids):
-    """The words that piece ids stand for as fillings, as a user reads
-    them (`fill_mask`, and the fill-mask SavedModel's table).
-
-    - A piece is what SentencePiece decodes it to alone: "▁hundred" (a
-      word start) is "hundred", "ty" (the rest of a word) stays "ty", and
-      the lone word-start piece "▁" is "" (a space: the next piece starts
-      a word).
-    - Special pieces are kept as written ("<pad>", "<unk>", "<s>", "</s>",
-      "[MASK]"), where decoding gives "" or " ⁇ ": the user sees that the
-      model predicts the end of the text, or a piece it does not know.
-    - A byte piece (a byte-fallback vocabulary) is its character when the
-      byte is one (ASCII: "<0x41>" is "A"), else kept as written
-      ("<0xC3>": one byte of a longer character, which alone decodes to
-      nothing readable).
-    - An id past the vocabulary (a model with a larger `vocab_size` than
-      its tokenizer) is "<unk>".
-
-    Args:
-        tokenizer: SubwordTokenizer (its `model_proto`).
-        ids: iterable of int. Piece ids.
-
-    Returns:
-        list of str, one per id.
-    """
-    processor = spm.SentencePieceProcessor()
-    processor.LoadFromSerializedProto(tokenizer.model_proto)
-    size = processor.get_piece_size()
-    words = []
-    for token_id in (int(i) for i in ids):
-        if not 0 <= token_id < size:
-            token_id = UNK_ID
-        piece = processor.id_to_piece(token_id)
-        if (processor.is_control(token_id) or processor.is_unknown(token_id)
-                or processor.is_unused(token_id)
-                or (processor.is_byte(token_id)
-                    and int(piece[3:5], 16) >= 0x80)):
-            words.append(piece)
-        else:
-            words.append(processor.decode_ids([token_id]))
-    return words
-
-
 def _log_softmax(logits):
     logits = np.asarray(logits, np.float64)
     top = logits.max(axis=-1, keepdims=True)
@@ -181,7 +106,8 @@ def check_model_and_tokenizer(model, tokenizer, context, blanks=True):
 
     Args:
         model: should be a `tfattn.models.MaskedLM` with `max_length >= 3`.
-        tokenizer: should be its `SubwordTokenizer`.
+        tokenizer: should be its `SubwordTokenizer` (or, for a BERT
+            checkpoint, its `WordPieceTokenizer`).
         context: str. Who checks; prefixes the messages.
         blanks: bool. Also require the mask piece, the model's
             `mask_token_id`.
@@ -201,10 +127,11 @@ def check_model_and_tokenizer(model, tokenizer, context, blanks=True):
             "model", "a MaskedLM with max_length >= 3 (<s>, a piece, </s>)",
             f"<MaskedLM with max_length={model.max_length}>", context)
     if not all(hasattr(tokenizer, name) for name in (
-            "tokenize", "vocab_size", "mask_id", "id_to_piece",
-            "model_proto")):
+            "tokenize", "vocab_size", "mask_id", "id_to_piece")) or not (
+                hasattr(tokenizer, "model_proto") or is_wordpiece(tokenizer)):
         raise validation.invalid_argument(
-            "tokenizer", "a tfattn.data.SubwordTokenizer",
+            "tokenizer", "a tfattn.data.SubwordTokenizer (or a BERT "
+            "checkpoint's WordPieceTokenizer)",
             f"<{type(tokenizer).__name__}>", context)
     if tokenizer.vocab_size > model.vocab_size:
         raise validation.invalid_argument(
@@ -271,7 +198,8 @@ def masked_lm_scores(model, tokenizer, texts, masker, seed=0, batch_size=64):
 
     Args:
         model: MaskedLM.
-        tokenizer: SubwordTokenizer. The model's vocabulary.
+        tokenizer: SubwordTokenizer or WordPieceTokenizer. The model's
+            vocabulary.
         texts: list of str, giving at least one blank in all.
         masker: MaskGenerator (or a callable `masker(rows [B, T], seed=[2])`
             with its outputs). Chooses the blanks.
@@ -369,7 +297,8 @@ def fill_mask(model, tokenizer, texts, top_k=5):
 
     Args:
         model: MaskedLM.
-        tokenizer: SubwordTokenizer. Learnt with the mask piece.
+        tokenizer: SubwordTokenizer (learnt with the mask piece) or
+            WordPieceTokenizer.
         texts: list or tuple of str, each with at least one `[MASK]`, or
             empty (no piece once normalised: no blank, `[]`).
         top_k: int >= 1, at most the vocabulary size.
@@ -418,7 +347,7 @@ def sample_fillings(model, tokenizer, texts, count=5, top_k=3):
 
     Args:
         model: MaskedLM.
-        tokenizer: SubwordTokenizer.
+        tokenizer: SubwordTokenizer or WordPieceTokenizer.
         texts: list of str.
         count: int >= 0. Texts used. Defaults to `5`.
         top_k: int >= 1. Fillings per blank. Defaults to `3`.
@@ -453,7 +382,7 @@ def evaluate_masked_lm(model, tokenizer, texts, masker, model_dir, split,
 
     Args:
         model: MaskedLM.
-        tokenizer: SubwordTokenizer.
+        tokenizer: SubwordTokenizer or WordPieceTokenizer.
         texts: list of str. The split's texts.
         masker: MaskGenerator. The run's masking (`masking.masker_for`).
         model_dir: str or path-like. Where the metrics are written.

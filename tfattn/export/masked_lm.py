@@ -11,9 +11,10 @@ It returns, with M the most blanks of one text in the batch (at least 1
 when the batch has a text) and k the export's `top_k`:
 
 - `fillings`: `[batch, M, k]` `tf.string`, each blank's candidate words,
-  most probable first, as `mlm_evaluation.fill_mask` gives them (the piece
-  decoded: "▁hundred" is "hundred", "ty" stays "ty", special pieces kept
-  as written, see `mlm_evaluation.filling_words`); rows with fewer blanks
+  most probable first, as `mlm_evaluation.fill_mask` gives them (the
+  string that replaces the blank: "▁hundred" is "hundred", "ty" stays
+  "ty", a BERT checkpoint's "##ing" is "ing", special pieces kept as
+  written, see `mlm_evaluation.filling_words`); rows with fewer blanks
   are padded with `""` (`blanks` says how many are real);
 - `probabilities`: `[batch, M, k]` float32 (0 in the padding);
 - `blanks`: `[batch]` int32, the blanks filled in each text;
@@ -39,9 +40,13 @@ In Python, `load_masked_lm(export_dir)` gives `fill_mask(texts)` and
 `tfattn.decoding.mlm_evaluation.fill_mask` / `fill_mask_details`, and the
 same words.
 
-The directory also holds `model.keras` and `spm.model`.
+The directory also holds `model.keras` and the tokenizer's files:
+`spm.model` (SentencePiece), or for a BERT checkpoint's WordPiece
+tokenizer (`tfattn.interop.wordpiece_tokenizer`, which the graph runs)
+`vocab.txt` and `tokenizer_config.json` (`do_lower_case`).
 """
 
+import json
 import os
 
 import tensorflow as tf
@@ -52,8 +57,8 @@ from tfattn.data.tokenizer import SubwordTokenizer
 from tfattn.decoding import mlm_evaluation
 from tfattn.decoding.translate import model_proto_of
 from tfattn.export import contract
-from tfattn.export.language_model import write_export
 from tfattn.export.saved_model import loaded_export
+from tfattn.interop.wordpiece_tokenizer import WordPieceTokenizer
 from tfattn.utils import files
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.texts import checked_texts
@@ -65,6 +70,7 @@ __all__ = ["FILL_MASK_SIGNATURE_KEY", "MaskedLMExport", "SavedModelMaskedLM",
 _CONTEXT = "export_masked_lm"
 FILL_MASK_SIGNATURE_KEY = "fill_mask"
 _TEXTS = tf.TensorSpec([None], tf.string, name="texts")
+_WORDPIECE_CONFIG = "tokenizer_config.json"
 
 
 class MaskedLMExport(tf.Module):
@@ -73,16 +79,19 @@ class MaskedLMExport(tf.Module):
 
     Args:
         model: a built `tfattn.MaskedLM`.
-        model_proto: bytes. Its SentencePiece model, with the mask piece.
+        tokenizer: bytes (its SentencePiece model, with the mask piece: a
+            `SubwordTokenizer` is made) or a `WordPieceTokenizer` (a BERT
+            checkpoint's, used as it is).
         top_k: int >= 1, at most the vocabulary size.
         name: str or None. The module name.
     """
 
-    def __init__(self, model, model_proto, top_k, name=None):
+    def __init__(self, model, tokenizer, top_k, name=None):
         """Checks `top_k` and the vocabulary's mask piece; keeps the model
         (its variables only are saved)."""
         super().__init__(name=name)
-        self.tokenizer = SubwordTokenizer(model_proto)
+        self.tokenizer = (tokenizer if isinstance(
+            tokenizer, WordPieceTokenizer) else SubwordTokenizer(tokenizer))
         self._top_k = check_positive_int("top_k", top_k, _CONTEXT)
         if top_k > model.vocab_size:
             raise invalid_argument(
@@ -91,7 +100,9 @@ class MaskedLMExport(tf.Module):
         mlm_evaluation.check_model_and_tokenizer(model, self.tokenizer,
                                                  _CONTEXT)
         self._mask_id = self.tokenizer.mask_id
-        self._space_id = self.tokenizer.piece_to_id("\u2581")
+        self._wordpiece = isinstance(tokenizer, WordPieceTokenizer)
+        self._space_id = (None if self._wordpiece
+                          else self.tokenizer.piece_to_id("\u2581"))
         self._max_length = model.max_length
         # Each id's word, built here by the Python path's own rule, so
         # that the signature and `fill_mask` give the same strings.
@@ -132,7 +143,11 @@ class MaskedLMExport(tf.Module):
         texts = contract.utf8_checked(tf.ensure_shape(
             texts, [None], name="texts_must_be_a_vector_of_strings"),
             name="texts")
-        pieces = self._without_blank_spaces(self.tokenizer.tokenize(texts))
+        if self._wordpiece:
+            pieces = self.tokenizer.tokenize_with_blanks(texts)
+        else:
+            pieces = self._without_blank_spaces(
+                self.tokenizer.tokenize(texts))
         batch = tf.shape(texts)[0]
         room = self._max_length - 2
         truncated = pieces.row_lengths() > room
@@ -199,7 +214,8 @@ def export_masked_lm(model, tokenizer, export_dir, top_k=5,
     Args:
         model: a built `tfattn.MaskedLM`.
         tokenizer: its `SubwordTokenizer` (or the SentencePiece bytes),
-            learnt with the mask piece.
+            learnt with the mask piece, or a BERT checkpoint's
+            `WordPieceTokenizer` (`tfattn.interop.bert`).
         export_dir: str or path-like. Local directory to create.
         top_k: int >= 1. Fillings per blank. Defaults to `5`.
         overwrite: bool. Replace an existing `export_dir`.
@@ -218,10 +234,23 @@ def export_masked_lm(model, tokenizer, export_dir, top_k=5,
             model, "text_encoder") or not hasattr(model, "head_bias"):
         raise invalid_argument("model", "a built tfattn.MaskedLM",
                                type(model).__name__, _CONTEXT)
-    model_proto = model_proto_of(tokenizer)
+    if isinstance(tokenizer, WordPieceTokenizer):
+        contents = {"vocab.txt": "".join(
+            t + "\n" for t in tokenizer.vocabulary).encode("utf-8"),
+                    _WORDPIECE_CONFIG: json.dumps(
+                        {"do_lower_case": tokenizer.lowercase}).encode()}
+        in_graph = tokenizer
+    else:
+        in_graph = model_proto_of(tokenizer)
+        contents = {"spm.model": in_graph}
     export_dir = files.local_directory("export_dir", export_dir, _CONTEXT)
-    module = MaskedLMExport(model, model_proto, top_k)
-    write_export(module, model, model_proto, export_dir, overwrite)
+    module = MaskedLMExport(model, in_graph, top_k)
+    with files.directory_written_atomically(export_dir, overwrite) as tmp:
+        tf.saved_model.save(module, tmp, signatures=module.trace())
+        for name, value in contents.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(value)
+        model.save(os.path.join(tmp, "model.keras"))
     return export_dir
 
 
@@ -242,23 +271,38 @@ class SavedModelMaskedLM:
         signatures: its signatures (`fill_mask`, taking `texts`).
         top_k: int. The fillings per blank the export gives.
         max_length: int. The model's `max_length`.
-        tokenizer: the export's `SubwordTokenizer` (`spm.model`).
+        tokenizer: the export's `SubwordTokenizer` (`spm.model`) or
+            `WordPieceTokenizer` (`vocab.txt`).
 
     Raises:
-        FileNotFoundError: `export_dir` holds no `saved_model.pb` or no
-            `spm.model`.
+        FileNotFoundError: `export_dir` holds no `saved_model.pb`, or
+            neither `spm.model` nor `vocab.txt` (with
+            `tokenizer_config.json`).
     """
 
     def __init__(self, export_dir):
         """Loads the SavedModel, its settings and its tokenizer."""
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
+        export_dir = files.checked_path("export_dir", export_dir,
+                                        "load_masked_lm")
+        vocab = os.path.join(export_dir, "vocab.txt")
+        wordpiece = os.path.isfile(vocab) and not os.path.isfile(
+            os.path.join(export_dir, "spm.model"))
         export_dir, self.module = loaded_export(
             export_dir, "load_masked_lm", "export_masked_lm",
-            files_needed=("saved_model.pb", "spm.model"))
+            files_needed=("saved_model.pb", "vocab.txt", _WORDPIECE_CONFIG)
+            if wordpiece else ("saved_model.pb", "spm.model"))
         self.signatures = self.module.signatures
         self.top_k = int(self.module.top_k.numpy())
         self.max_length = int(self.module.max_length.numpy())
+        if wordpiece:
+            with open(os.path.join(export_dir, _WORDPIECE_CONFIG),
+                      encoding="utf-8") as f:
+                lowercase = bool(json.load(f)["do_lower_case"])
+            self.tokenizer = WordPieceTokenizer.from_file(
+                vocab, lowercase=lowercase)
+            return
         with open(os.path.join(export_dir, "spm.model"), "rb") as f:
             self.tokenizer = SubwordTokenizer(f.read())
 

@@ -1,11 +1,16 @@
 """A pretrained checkpoint directory as the start of a training run.
 
 - `describe(directory)`: what a directory holds, from its `config.json`
-  alone: a Hugging Face GPT-2 directory, a keras-hub GPT-2 preset or a
-  Hugging Face Marian (OPUS-MT) directory, and the task it serves
-  ("language_model" or "translation"); anything else is refused by name.
+  (and a keras-hub preset's `task.json`) alone: a Hugging Face GPT-2
+  directory, a keras-hub GPT-2 preset, a Hugging Face Marian (OPUS-MT)
+  directory, a Hugging Face BERT masked LM (`BertForMaskedLM`,
+  `BertForPreTraining`) or a keras-hub `BertMaskedLM` preset, and the task
+  it serves ("language_model", "translation" or "masked_lm"); anything
+  else is refused by name (a BERT classifier or a BERT encoder without
+  its masked-LM head too).
 - `load(directory)`: its `(model, tokenizer)` (`tfattn.interop.gpt2`,
-  `tfattn.interop.marian`), read once per process and directory.
+  `tfattn.interop.marian`, `tfattn.interop.bert`), read once per process
+  and directory.
 - `architecture_fields(model)`: the HParams fields the model fixes.
 - `save_to_run(kind, source, architecture, tokenizer, model_dir)` /
   `load_from_run(model_dir)`: what a run started from a checkpoint keeps
@@ -19,7 +24,9 @@
                                              Marian: source.spm,
                                              target.spm, vocab.json,
                                              tokenizer_config.json,
-                                             config.json)
+                                             config.json; BERT: vocab.txt,
+                                             tokenizer_config.json with
+                                             do_lower_case)
 """
 
 import collections
@@ -34,6 +41,8 @@ __all__ = [
     "GPT2_HUGGINGFACE",
     "GPT2_KERAS_HUB",
     "MARIAN",
+    "BERT_HUGGINGFACE",
+    "BERT_KERAS_HUB",
     "TASKS",
     "RUN_SUBDIR",
     "Description",
@@ -47,21 +56,30 @@ __all__ = [
 GPT2_HUGGINGFACE = "gpt2_huggingface"
 GPT2_KERAS_HUB = "gpt2_keras_hub"
 MARIAN = "marian"
+BERT_HUGGINGFACE = "bert_huggingface"
+BERT_KERAS_HUB = "bert_keras_hub"
 # The task each kind of checkpoint starts.
 TASKS = {GPT2_HUGGINGFACE: "language_model", GPT2_KERAS_HUB: "language_model",
-         MARIAN: "translation"}
+         MARIAN: "translation", BERT_HUGGINGFACE: "masked_lm",
+         BERT_KERAS_HUB: "masked_lm"}
 RUN_SUBDIR = "pretrained"
 _RECORD = "pretrained.json"
 _GPT2_FILES = ("vocab.json", "merges.txt")
+_BERT_CONFIG = "tokenizer_config.json"
 _MARIAN_FILES = ("source.spm", "target.spm", "vocab.json",
                  "tokenizer_config.json", "config.json")
 # HParams field -> the model's config key, per model class.
 _FIELDS = {
     "CausalLM": dict(vocab_size="vocab_size"),
     "Transformer": dict(vocab_size="source_vocab_size"),
+    "MaskedLM": dict(vocab_size="vocab_size"),
 }
 _COMMON = ("num_layers", "num_units", "num_heads", "ffn_units",
            "dropout_rate", "attention_dropout_rate", "max_length")
+
+_BERT_CLASSIFIERS = ("BertForSequenceClassification",
+                     "keras_hub>BertTextClassifier")
+_BERT_ENCODERS = ("BertModel", "keras_hub>BertBackbone")
 
 Description = collections.namedtuple("Description", ["kind", "task"])
 
@@ -74,11 +92,13 @@ def describe(directory):
 
     Returns:
         Description(kind, task): `kind` one of `GPT2_HUGGINGFACE`,
-        `GPT2_KERAS_HUB`, `MARIAN`; `task` its `TASKS` entry.
+        `GPT2_KERAS_HUB`, `MARIAN`, `BERT_HUGGINGFACE`, `BERT_KERAS_HUB`;
+        `task` its `TASKS` entry.
 
     Raises:
         ValueError: no directory or config.json there, or a model this
-            cannot start training from (named).
+            cannot start training from (named; a BERT classifier or
+            encoder says why).
     """
     directory = str(directory)
     path = os.path.join(directory, "config.json")
@@ -86,8 +106,8 @@ def describe(directory):
         raise ValueError(f"{directory} is not a directory")
     if not os.path.isfile(path):
         raise ValueError(f"{directory} holds no config.json (expected a "
-                         "Hugging Face GPT-2 or Marian directory, or a "
-                         "keras-hub GPT-2 preset)")
+                         "Hugging Face GPT-2, Marian or BERT directory, or "
+                         "a keras-hub GPT-2 or BERT preset)")
     try:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
@@ -104,13 +124,47 @@ def describe(directory):
     if registered.startswith("keras_hub>GPT2"):
         return Description(GPT2_KERAS_HUB, TASKS[GPT2_KERAS_HUB])
     if model_type == "bert" or registered.startswith("keras_hub>Bert"):
-        raise ValueError("a BERT checkpoint: training from BERT checkpoints "
-                         "is not supported yet (GPT-2 and Marian are)")
+        return _bert_description(directory, config)
     raise ValueError(
         f"config.json's model_type is {model_type!r} (registered_name "
         f"{registered or None!r}): training starts from a Hugging Face "
-        "GPT-2 ('gpt2') or Marian ('marian') directory, or a keras-hub "
-        "GPT-2 preset")
+        "GPT-2 ('gpt2'), Marian ('marian') or BERT ('bert') directory, or "
+        "a keras-hub GPT-2 or BERT preset")
+
+
+def _bert_description(directory, config):
+    """The Description of a BERT masked LM, or a ValueError naming the
+    BERT model that cannot start a masked-LM run."""
+    if config.get("model_type") == "bert":
+        kind = BERT_HUGGINGFACE
+        model = (config.get("architectures") or ["BertForMaskedLM"])[0]
+    else:
+        kind = BERT_KERAS_HUB
+        task = os.path.join(directory, "task.json")
+        model = "keras_hub>BertBackbone"
+        if os.path.isfile(task):
+            try:
+                with open(task, encoding="utf-8") as f:
+                    saved = json.load(f)
+            except ValueError as error:
+                raise ValueError(f"{task} does not parse ({error})") \
+                    from None
+            if not isinstance(saved, dict):
+                raise ValueError(f"{task} is not a JSON object")
+            model = saved.get("registered_name")
+    if model in _BERT_CLASSIFIERS:
+        raise ValueError(
+            f"a BERT sequence classifier ({model}): train.py has no "
+            "classification task; fine-tune it in Python with "
+            "tfattn.interop.bert (a SequenceClassifier), or start train.py "
+            "from a BERT masked language model")
+    if model in _BERT_ENCODERS:
+        raise ValueError(
+            f"a BERT encoder without its masked-LM head ({model}): "
+            "train.py fine-tunes a masked language model from a Hugging "
+            "Face BertForMaskedLM or BertForPreTraining directory or a "
+            "keras-hub BertMaskedLM preset")
+    return Description(kind, TASKS[kind])
 
 
 _loaded = {}  # (real path, kind) -> (model, tokenizer)
@@ -123,8 +177,9 @@ def load(directory):
         directory: str. A directory `describe` accepts.
 
     Returns:
-        (model, tokenizer): a built `CausalLM` and `GPT2Tokenizer`, or a
-        built `Transformer` and `MarianTokenizer`.
+        (model, tokenizer): a built `CausalLM` and `GPT2Tokenizer`, a
+        built `Transformer` and `MarianTokenizer`, or a built `MaskedLM`
+        and `WordPieceTokenizer`.
 
     Raises:
         ValueError, FileNotFoundError: what `describe` or the reader
@@ -136,6 +191,11 @@ def load(directory):
         if kind == MARIAN:
             from tfattn.interop import marian
             _loaded[key] = marian.from_huggingface(directory)
+        elif kind in (BERT_HUGGINGFACE, BERT_KERAS_HUB):
+            from tfattn.interop import bert
+            read = (bert.from_huggingface if kind == BERT_HUGGINGFACE
+                    else bert.from_keras_hub)
+            _loaded[key] = read(directory)
         else:
             from tfattn.interop import gpt2
             read = (gpt2.from_huggingface if kind == GPT2_HUGGINGFACE
@@ -148,7 +208,7 @@ def architecture_fields(model):
     """The HParams fields a checkpoint's model fixes, with its values.
 
     Args:
-        model: a `CausalLM` or `Transformer` of `load`.
+        model: a `CausalLM`, `Transformer` or `MaskedLM` of `load`.
 
     Returns:
         dict of HParams field -> value (`num_layers`, `num_units`,
@@ -170,7 +230,8 @@ def save_to_run(kind, source, architecture, tokenizer, model_dir):
         source: str. The checkpoint directory (recorded for the user).
         architecture: dict. The checkpoint's model's Keras config
             (`keras.saving.serialize_keras_object(model)`).
-        tokenizer: its `GPT2Tokenizer` or `MarianTokenizer`.
+        tokenizer: its `GPT2Tokenizer`, `MarianTokenizer` or
+            `WordPieceTokenizer`.
         model_dir: str. The run's directory.
     """
     directory = os.path.join(str(model_dir), RUN_SUBDIR)
@@ -182,6 +243,11 @@ def save_to_run(kind, source, architecture, tokenizer, model_dir):
         contents.update({name: tokenizer.files[name]
                          for name in _MARIAN_FILES[:-1]})
         contents["config.json"] = json.dumps(tokenizer.config)
+    elif kind in (BERT_HUGGINGFACE, BERT_KERAS_HUB):
+        contents["vocab.txt"] = "".join(t + "\n"
+                                        for t in tokenizer.vocabulary)
+        contents[_BERT_CONFIG] = json.dumps(
+            {"do_lower_case": tokenizer.lowercase})
     else:
         contents["vocab.json"] = json.dumps(tokenizer.vocabulary,
                                             ensure_ascii=False)
@@ -223,6 +289,13 @@ def load_from_run(model_dir):
                   encoding="utf-8") as f:
             config = json.load(f)
         tokenizer = MarianTokenizer.from_directory(directory, config)
+    elif kind in (BERT_HUGGINGFACE, BERT_KERAS_HUB):
+        from tfattn.interop.wordpiece_tokenizer import WordPieceTokenizer
+        with open(os.path.join(directory, _BERT_CONFIG),
+                  encoding="utf-8") as f:
+            lowercase = bool(json.load(f)["do_lower_case"])
+        tokenizer = WordPieceTokenizer.from_file(
+            os.path.join(directory, "vocab.txt"), lowercase=lowercase)
     else:
         from tfattn.interop.gpt2_tokenizer import GPT2Tokenizer
         tokenizer = GPT2Tokenizer.from_files(

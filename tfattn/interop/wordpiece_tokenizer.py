@@ -14,7 +14,8 @@ same n tokens, in another order:
     4           [MASK]
     5 ...       every other token, in vocab.txt's order
 
-`WordPieceTokenizer.order` holds BERT's id of every tfattn id;
+`WordPieceTokenizer.order` holds BERT's id of every tfattn id
+(`id_to_piece` gives a tfattn id's token);
 `tfattn.interop.bert` permutes the token table's rows (and the masked-LM
 output bias) by it, so a tfattn model's logit at tfattn id t is BERT's at
 BERT id `order[t]`, and tfattn's masking, `fill_mask` and classifiers
@@ -30,7 +31,14 @@ combining marks (accents); then `tensorflow_text.BertTokenizer` without
 its own case folding: splits on whitespace, punctuation and around CJK
 ideographs, and greedy longest-match-first WordPiece with `##`
 continuations and `[UNK]` for a word it cannot cover. Special tokens
-written in the text (`"[MASK]"`) are split like any text.
+written in the text (`"[MASK]"`) are split like any text by `tokenize`;
+`tokenize_with_blanks` (fill-mask's reading) reads each `"[MASK]"` as the
+mask id, as BERT's tokenizers split special tokens off first.
+
+A piece beginning with `continuation_prefix` ("##") continues the word
+before it; any other piece but the special tokens begins a word (what
+`tfattn.data.word_starts` reads for whole-word masking, and
+`tfattn.decoding.mlm_evaluation.filling_words` for fill-mask's words).
 
 keras-hub's `BertTokenizer` differs on uncased text: it keeps accents
 (its `strip_accents` is False) and folds case with `case_fold_utf8`
@@ -102,6 +110,8 @@ class WordPieceTokenizer(tf.Module):
     Attributes:
         vocab_size: int n, the same in both id spaces.
         order: int64 array [n]. BERT's id of every tfattn id.
+        continuation_prefix: str. "##": the prefix of the pieces that
+            continue a word.
         pad_id, unk_id, bos_id, eos_id, mask_id: int. 0 ... 4.
         vocabulary, lowercase: as given.
 
@@ -115,6 +125,8 @@ class WordPieceTokenizer(tf.Module):
         ids = tokenizer.tokenize(["Hello world!"])  # int32 ragged [1, None]
         text = tokenizer.detokenize(ids)             # tf.string [1]
     """
+
+    continuation_prefix = "##"
 
     def __init__(self, vocabulary, lowercase=True, name=None):
         """Checks the vocabulary; see the class docstring."""
@@ -152,6 +164,8 @@ class WordPieceTokenizer(tf.Module):
         first = [vocabulary.index(t) for t in SPECIAL_TOKENS]
         rest = [i for i in range(self.vocab_size) if i not in set(first)]
         self.order = np.array(first + rest, np.int64)
+        # Tokens by tfattn id (an object array: not tracked by tf.Module).
+        self._pieces = np.array(vocabulary, object)[self.order]
         self.pad_id, self.unk_id, self.bos_id, self.eos_id, self.mask_id = (
             range(5))
         table = tf.lookup.StaticVocabularyTable(
@@ -198,6 +212,38 @@ class WordPieceTokenizer(tf.Module):
             vocabulary.pop()
         return cls(vocabulary, lowercase=lowercase, name=name)
 
+    def id_to_piece(self, token_id):
+        """The token of a tfattn id.
+
+        Args:
+            token_id: int in [0, vocab_size).
+
+        Returns:
+            str. Such as "[CLS]" for 2, "##ing" for a continuation.
+
+        Raises:
+            ValueError: naming `token_id`, outside the vocabulary.
+        """
+        if isinstance(token_id, bool) or not isinstance(
+                token_id, (int, np.integer)) or not (
+                    0 <= token_id < self.vocab_size):
+            raise invalid_argument(
+                "token_id", f"an int id in [0, vocab_size={self.vocab_size})",
+                token_id, _CONTEXT)
+        return str(self._pieces[int(token_id)])
+
+    def piece_to_id(self, piece):
+        """The tfattn id of a token, `unk_id` for one not in the vocabulary.
+
+        Args:
+            piece: str. A token of `vocab.txt`.
+
+        Returns:
+            int.
+        """
+        found = np.flatnonzero(self._pieces == piece)
+        return int(found[0]) if found.size else self.unk_id
+
     def bert_ids(self, text):
         """Strings to BERT's own ids (no [CLS] or [SEP] added).
 
@@ -240,6 +286,35 @@ class WordPieceTokenizer(tf.Module):
         if text.shape.rank == 0:
             return self._tokenize(text[tf.newaxis])[0]
         return self._tokenize(text)
+
+    def tokenize_with_blanks(self, texts):
+        """`tokenize`, reading each `[MASK]` written in a text as the mask
+        id (4): fill-mask's reading ("jump[MASK] over" gives "jump",
+        [MASK], "over"). Matched as written, before case folding.
+
+        Args:
+            texts: a `tf.string` 1-D tensor (or a list of str).
+
+        Returns:
+            int32 `tf.RaggedTensor` [B, None].
+        """
+        texts = tf.convert_to_tensor(texts, tf.string)
+        if texts.shape.rank != 1:
+            raise invalid_argument("texts", "a 1-D batch of strings",
+                                   f"<tensor of shape {texts.shape}>",
+                                   _CONTEXT)
+        parts = tf.strings.split(texts, sep=SPECIAL_TOKENS[4])  # [B, (P)]
+        pieces = self._tokenize(parts.flat_values)  # [N, (L)]
+        # A mask after every part but the last of its text.
+        count = tf.shape(parts.flat_values, out_type=tf.int64)[0]
+        last = tf.equal(tf.range(count) + 1,
+                        tf.gather(parts.row_limits(), parts.value_rowids()))
+        masks = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(~last, tf.int64))],
+                    tf.constant(self.mask_id, tf.int32)),
+            tf.cast(~last, tf.int64))
+        joined = tf.concat([pieces, masks], axis=1)
+        return parts.with_flat_values(joined).merge_dims(1, 2)
 
     def _detokenize_batch(self, ids):
         kept = tf.ragged.boolean_mask(ids, ids > self.eos_id)

@@ -71,7 +71,10 @@ def _pretrained_model(vocab_size, mixed_precision):
             f"The pretrained model's vocabulary differs from the tokenizer's "
             f"({vocab_size}). Received: vocab_size={vocab_size}")
     dummy = tf.ones([1, 2], tf.int32)
-    model({"source": dummy, "target_in": dummy}, training=False)
+    if isinstance(model, MaskedLM):
+        model({"token_ids": dummy, "mask_positions": dummy}, training=False)
+    else:
+        model({"source": dummy, "target_in": dummy}, training=False)
     if weights is not None:
         for variable, value in zip(model.weights, weights):
             variable.assign(tf.cast(value, variable.dtype))
