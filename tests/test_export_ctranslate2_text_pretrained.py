@@ -6,7 +6,8 @@ built by keras-hub) keep the checkpoint's tokenizer in the export, and
 gives on the same texts: the Marian translator tfattn's greedy search on
 the ids transformers' `MarianTokenizer` gives (the token level is tested
 in tests/test_export_ctranslate2_pretrained.py), the GPT-2 generator
-`lm_evaluation.continue_details`'s continuations and scores.
+`lm_evaluation.continue_details`'s continuations and scores; and beam
+search at length penalty 0 gives the Marian model's best hypotheses.
 """
 
 import json
@@ -18,6 +19,7 @@ import pytest
 from tests import gpt2_fixtures as gpt2_fx
 from tests import marian_fixtures as marian_fx
 from tfattn.decoding import lm_evaluation
+from tfattn.decoding import samplers
 from tfattn.export import ctranslate2 as ct2_export
 from tfattn.export import ctranslate2_generator
 from tfattn.interop import gpt2
@@ -112,3 +114,29 @@ def test_another_tokenizer_is_refused_by_name(marian_model, tmp_path):
     with pytest.raises(ValueError, match="tokenizer.*dict"):
         ct2_export.to_ctranslate2(model, {"a": 1}, tmp_path / "ct2")
     assert not os.path.exists(tmp_path / "ct2")
+
+
+def test_marian_beam_search_equals_ctranslate2s(marian_model, tmp_path):
+    """Beam 4 at length penalty 0 (where both engines rank by the sum of
+    log-probabilities): the best hypothesis of every row that ends in
+    `</s>` is CTranslate2's. A row that reaches the length limit unfinished
+    may differ: the engines choose among unfinished beams differently."""
+    model, tokenizer = marian_model
+    translator = ct2_export.load_ctranslate2(ct2_export.to_ctranslate2(
+        model, tokenizer, tmp_path / "ct2"))
+    beam = samplers.BeamSampler(beam_size=4, alpha=0.0)
+    texts = marian_fx.SAMPLE[:-1] + marian_fx.TARGET_TEXTS
+    for text in texts:
+        source = tokenizer.encode(text)
+        limit = len(source) + 6
+        ids, _ = model.generate(np.array([source], "int32"),
+                                max_new_tokens=limit, sampler=beam,
+                                jit_compile=False)
+        row = np.asarray(ids)[0].tolist()
+        assert EOS_ID in row, text  # The case this test covers.
+        pieces, _ = translator.tokenize([text])
+        result = translator.translator.translate_batch(
+            pieces, beam_size=4, length_penalty=0.0,
+            max_decoding_length=limit, min_decoding_length=0)
+        theirs = [translator._text.id_of(t) for t in result[0].hypotheses[0]]
+        assert theirs == row[:row.index(EOS_ID)], text

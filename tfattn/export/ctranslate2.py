@@ -36,7 +36,11 @@ Where the two engines differ (say it before you compare them):
   or `alpha = 0`, both rank alike.
 - Lengths: CTranslate2 takes one `max_decoding_length` per batch; the
   translator gives it the longest row's limit and cuts each row to its own
-  (exact for greedy search; a beam row near its limit may differ).
+  (exact for greedy search; a beam row near its limit may differ). Beam
+  search at `alpha = 0` gives tfattn's best hypothesis for every row that
+  ends in the end token; a row that reaches its limit unfinished may end
+  in another beam, the engines choosing among unfinished beams
+  differently (tests/test_export_ctranslate2_text_pretrained.py).
 - Arithmetic: CTranslate2's float32 kernels sum in other orders than
   TensorFlow's; per-token log-probabilities agree to about 1e-5
   (tests/test_export_ctranslate2.py).
