@@ -18,6 +18,7 @@ import pytest
 from tests import gpt2_fixtures as fx
 from tests.test_models_causal_lm import tiny_lm
 from tests.test_models_causal_lm_references import _lm_params
+from tfattn.decoding import samplers
 from tfattn.interop import gpt2
 from tfattn.interop.gpt2_tokenizer import GPT2Tokenizer
 from tfattn.interop.gpt2_tokenizer import to_gpt2_ids
@@ -117,6 +118,33 @@ def test_greedy_continuations_are_keras_hubs(source):
                              stop_token_ids=None, jit_compile=False)
     np.testing.assert_array_equal(to_gpt2_ids(ours, n - 1), out)
     assert len(set(out.ravel().tolist())) > 2  # not one repeated token
+
+
+def test_beam_search_is_keras_hubs(source):
+    """Beam 3 over fixed-length continuations (no stop token), where both
+    searches rank by the sum of log-probabilities (tfattn's length penalty
+    0): the best continuation of every row is keras-hub's."""
+    import keras_hub
+
+    hub, preset, _, _, n = source
+    model, _ = gpt2.from_keras_hub(preset)
+    theirs = keras_hub.models.GPT2CausalLM.from_preset(preset)
+    theirs.preprocessor = None
+    theirs.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3),
+                   jit_compile=False)
+    ids, new = _prompts(n), 8
+    padded = np.pad(ids, [[0, 0], [0, new]])
+    out = theirs.generate({"token_ids": padded,
+                           "padding_mask": padded * 0 + (np.arange(
+                               padded.shape[1]) < ids.shape[1])},
+                          stop_token_ids=None)["token_ids"][:, ids.shape[1]:]
+    ours, _ = model.generate(to_tfattn_ids(ids, n - 1), max_new_tokens=new,
+                             sampler=samplers.BeamSampler(3, alpha=0.0),
+                             stop_token_ids=None, jit_compile=False)
+    np.testing.assert_array_equal(to_gpt2_ids(ours, n - 1), out)
+    greedy, _ = model.generate(to_tfattn_ids(ids, n - 1), max_new_tokens=new,
+                               stop_token_ids=None, jit_compile=False)
+    assert (np.asarray(greedy) != np.asarray(ours)).any()  # beam mattered
 
 
 def test_generation_stops_at_end_of_text(source):
