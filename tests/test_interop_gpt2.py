@@ -99,21 +99,29 @@ def test_huggingface_directory_gives_keras_hubs_logits(source, which):
     _assert_equal_logits(_ours(model, ids, n), _hub_logits(hub, ids), n)
 
 
+def _keras_hub_continuations(preset, ids, new, sampler):
+    """keras-hub's `GPT2CausalLM` of `preset`: `new` tokens after each
+    prompt row of `ids` (GPT-2 ids), with `sampler`, no stop token."""
+    import keras_hub
+
+    theirs = keras_hub.models.GPT2CausalLM.from_preset(preset)
+    theirs.preprocessor = None
+    theirs.compile(sampler=sampler, jit_compile=False)
+    padded = np.pad(ids, [[0, 0], [0, new]])
+    mask = np.arange(padded.shape[1]) < ids.shape[1]
+    return theirs.generate({"token_ids": padded,
+                            "padding_mask": padded * 0 + mask},
+                           stop_token_ids=None)["token_ids"][:, ids.shape[1]:]
+
+
 def test_greedy_continuations_are_keras_hubs(source):
     import keras_hub
 
-    hub, preset, _, _, n = source
+    _, preset, _, _, n = source
     model, _ = gpt2.from_keras_hub(preset)
-    theirs = keras_hub.models.GPT2CausalLM.from_preset(preset)
-    theirs.preprocessor = None
-    theirs.compile(sampler=keras_hub.samplers.GreedySampler(),
-                   jit_compile=False)
     ids, new = _prompts(n), 12
-    padded = np.pad(ids, [[0, 0], [0, new]])
-    out = theirs.generate({"token_ids": padded,
-                           "padding_mask": padded * 0 + (np.arange(
-                               padded.shape[1]) < ids.shape[1])},
-                          stop_token_ids=None)["token_ids"][:, ids.shape[1]:]
+    out = _keras_hub_continuations(preset, ids, new,
+                                   keras_hub.samplers.GreedySampler())
     ours, _ = model.generate(to_tfattn_ids(ids, n - 1), max_new_tokens=new,
                              stop_token_ids=None, jit_compile=False)
     np.testing.assert_array_equal(to_gpt2_ids(ours, n - 1), out)
@@ -126,18 +134,11 @@ def test_beam_search_is_keras_hubs(source):
     0): the best continuation of every row is keras-hub's."""
     import keras_hub
 
-    hub, preset, _, _, n = source
+    _, preset, _, _, n = source
     model, _ = gpt2.from_keras_hub(preset)
-    theirs = keras_hub.models.GPT2CausalLM.from_preset(preset)
-    theirs.preprocessor = None
-    theirs.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3),
-                   jit_compile=False)
     ids, new = _prompts(n), 8
-    padded = np.pad(ids, [[0, 0], [0, new]])
-    out = theirs.generate({"token_ids": padded,
-                           "padding_mask": padded * 0 + (np.arange(
-                               padded.shape[1]) < ids.shape[1])},
-                          stop_token_ids=None)["token_ids"][:, ids.shape[1]:]
+    out = _keras_hub_continuations(preset, ids, new,
+                                   keras_hub.samplers.BeamSampler(3))
     ours, _ = model.generate(to_tfattn_ids(ids, n - 1), max_new_tokens=new,
                              sampler=samplers.BeamSampler(3, alpha=0.0),
                              stop_token_ids=None, jit_compile=False)
