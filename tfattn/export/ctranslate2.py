@@ -162,12 +162,7 @@ def to_ctranslate2(model, tokenizer, path, quantization=None, beam_size=4,
                     max_source_length=max_source_length,
                     max_length=max_length)
     with files.directory_written_atomically(path, overwrite) as tmp_dir:
-        model_dir = os.path.join(tmp_dir, "model")
-        _save_spec(spec, model_dir, quantization)
-        for name in os.listdir(model_dir):
-            os.replace(os.path.join(model_dir, name),
-                       os.path.join(tmp_dir, name))
-        os.rmdir(model_dir)
+        _save_spec_into(spec, tmp_dir, quantization)
         text_side.save(tokenizer, model, tmp_dir, path)
         with open(os.path.join(tmp_dir, DECODING_FILENAME), "w") as f:
             json.dump(dict(settings, quantization=quantization,
@@ -222,12 +217,7 @@ def checkpoint_to_ctranslate2(model, tokenizer, path, quantization=None,
              else ctranslate2_spec.decoder_only_spec)
     spec = build(model, pieces)
     with files.directory_written_atomically(path, overwrite) as tmp_dir:
-        model_dir = os.path.join(tmp_dir, "model")
-        _save_spec(spec, model_dir, quantization)
-        for name in os.listdir(model_dir):
-            os.replace(os.path.join(model_dir, name),
-                       os.path.join(tmp_dir, name))
-        os.rmdir(model_dir)
+        _save_spec_into(spec, tmp_dir, quantization)
     return path
 
 
@@ -241,6 +231,17 @@ def _save_spec(spec, directory, quantization):
             return spec
 
     SpecConverter().convert(directory, quantization=quantization)
+
+
+def _save_spec_into(spec, directory, quantization):
+    """`_save_spec` into an existing `directory` (CTranslate2's converter
+    writes a new directory: a subdirectory, whose files then move up)."""
+    model_dir = os.path.join(directory, "model")
+    _save_spec(spec, model_dir, quantization)
+    for name in os.listdir(model_dir):
+        os.replace(os.path.join(model_dir, name),
+                   os.path.join(directory, name))
+    os.rmdir(model_dir)
 
 
 class CTranslate2Translator:

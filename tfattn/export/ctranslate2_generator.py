@@ -84,12 +84,7 @@ def causal_lm_to_ctranslate2(model, tokenizer, path, quantization=None,
         model, ctranslate2_spec.checkpoint_pieces(tokenizer) if checkpoint
         else ct2_export._pieces(model_proto_of(tokenizer)))
     with files.directory_written_atomically(path, overwrite) as tmp_dir:
-        model_dir = os.path.join(tmp_dir, "model")
-        ct2_export._save_spec(spec, model_dir, quantization)
-        for name in os.listdir(model_dir):
-            os.replace(os.path.join(model_dir, name),
-                       os.path.join(tmp_dir, name))
-        os.rmdir(model_dir)
+        ct2_export._save_spec_into(spec, tmp_dir, quantization)
         text_side.save(tokenizer, model, tmp_dir, path)
         with open(os.path.join(tmp_dir, GENERATION_FILENAME), "w") as f:
             json.dump({"max_length": model.max_length,
