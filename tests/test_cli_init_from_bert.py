@@ -12,6 +12,7 @@ import pytest
 from tests import bert_fixtures as bfx
 from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tests.test_cli_train_errors import _main
+from tfattn.decoding import mlm_evaluation
 from tfattn.export import load_masked_lm
 from tfattn.interop import pretrained
 from tfattn.training import run_dir
@@ -115,23 +116,19 @@ def test_bert_fine_tunes_evaluates_and_exports(bert_dirs, tmp_path, capsys):
         f"--init_from={bert_dirs['pretraining']}", "--hparams=bert_tiny",
         f"--dataset=textfiles:{bert_dirs['data']}", "--train_steps=3",
         "--hparams_overrides=whole_word_masking=true",
-        "--mixed_precision=off", "--mode=all", f"--model_dir={model_dir}")
+        "--mixed_precision=off", "--mode=train", f"--model_dir={model_dir}")
+    assert status == 0, line
+    with open(os.path.join(model_dir, "pretrained", "pretrained.json")) as f:
+        assert json.load(f)["kind"] == pretrained.BERT_HUGGINGFACE
+    # Resumed without --init_from (the run directory holds the tokenizer),
+    # then evaluated and exported in the same invocation.
+    status, line = _main(f"--model_dir={model_dir}", "--train_steps=4",
+                         "--mode=all",
+                         f"--dataset=textfiles:{bert_dirs['data']}")
     assert status == 0, line
     out = capsys.readouterr().out
     assert "Masked-token accuracy on the test split" in out
     assert "Exported a fill-mask model" in out
-    with open(os.path.join(model_dir, "pretrained", "pretrained.json")) as f:
-        assert json.load(f)["kind"] == pretrained.BERT_HUGGINGFACE
-    # Resumed without --init_from: the run directory holds the tokenizer.
-    status, line = _main(f"--model_dir={model_dir}", "--train_steps=4",
-                         f"--dataset=textfiles:{bert_dirs['data']}")
-    assert status == 0, line
-    for mode in ("eval", "export"):  # MODEL_DIR/export is replaced.
-        status, line = _main(f"--mode={mode}", f"--model_dir={model_dir}",
-                             f"--dataset=textfiles:{bert_dirs['data']}")
-        assert status == 0, line
-    out = capsys.readouterr().out
-    assert "Masked-token accuracy" in out and "Exported a fill-mask" in out
     checkpoint, tokenizer = pretrained.load(bert_dirs["pretraining"])
     model, restored, saved = run_dir.restore_model(model_dir)
     assert type(restored).__name__ == "WordPieceTokenizer"
@@ -146,7 +143,6 @@ def test_bert_fine_tunes_evaluates_and_exports(bert_dirs, tmp_path, capsys):
     assert type(served.tokenizer).__name__ == "WordPieceTokenizer"
     text = "the lazy dog is jump[MASK] over the fox"
     (fillings,), = served.fill_mask([text])
-    from tfattn.decoding import mlm_evaluation
     python = mlm_evaluation.fill_mask(model, restored, [text])[0][0]
     assert [w for w, _ in fillings] == [w for w, _ in python]
     np.testing.assert_allclose([p for _, p in fillings],
