@@ -23,8 +23,11 @@ import os
 import keras
 import tensorflow as tf
 
+from tfattn.decoding.translate import model_proto_of
 from tfattn.export import ctranslate2_spec
 from tfattn.interop import pretrained
+from tfattn.interop._marian_vocab import MarianTokenizer
+from tfattn.interop.gpt2_tokenizer import GPT2Tokenizer
 
 __all__ = ["CheckpointText", "SentencePieceText", "is_checkpoint_tokenizer",
            "save", "load", "VOCAB_FILENAME"]
@@ -33,9 +36,6 @@ VOCAB_FILENAME = "spm.model"
 
 
 def _kind(tokenizer):
-    from tfattn.interop._marian_vocab import MarianTokenizer
-    from tfattn.interop.gpt2_tokenizer import GPT2Tokenizer
-
     if isinstance(tokenizer, MarianTokenizer):
         return pretrained.MARIAN
     if isinstance(tokenizer, GPT2Tokenizer):
@@ -68,7 +68,6 @@ def save(tokenizer, model, directory, path):
     """
     kind = _kind(tokenizer)
     if kind is None:
-        from tfattn.decoding.translate import model_proto_of
         with open(os.path.join(directory, VOCAB_FILENAME), "wb") as f:
             f.write(model_proto_of(tokenizer))
         return
