@@ -1,11 +1,20 @@
 """The environment under which this machine computes as an AVX2-only CPU.
 
 The libraries that choose their kernels per CPU can be told to use less than
-the machine has (docs/traps.md item 21). `.ci/run` runs the numerically
-sensitive tests a second time under `AVX2_LIMITS`, so that a developer on an
-AVX-512 or AMX machine sees an AVX2 CPU's failures before they land:
+the machine has (docs/traps.md item 37). `.ci/run` runs the whole suite a
+second time under `AVX2_LIMITS`, so that a developer on an AVX-512 or AMX
+machine sees an AVX2 CPU's failures before they land:
 
     env $(python -m tests.cpu_limits) python -m pytest ...
+
+`python -m tests.cpu_limits --beyond-avx2` exits 0 where this CPU has
+kernels beyond AVX2 for the limits to take away (AVX-512, VNNI, AMX), 1 on
+an AVX2-only CPU, whose own tiers already ran the AVX2 paths (the second
+pass would repeat them).
+
+`EXCLUDED` holds, in one place, the tests that cannot run under the limits
+and why; `tests/conftest.py` deselects them there (and only there), and
+pytest's summary counts them as deselected.
 
 `python -m tests.cpu_limits --probe DIR` runs one of each library's
 CPU-dependent kernels (a TensorFlow matmul through oneDNN, an XLA-compiled
@@ -31,6 +40,62 @@ AVX2_LIMITS = {
     # XLA's CPU code generation.
     "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
 }
+
+# CPU flags (/proc/cpuinfo) of kernels that the limits take away.
+BEYOND_AVX2 = ("avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
+               "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+# The tests that cannot run under the limits, by marker, and why. Each runs
+# natively in .ci/run's other tiers.
+EXCLUDED = {
+    "half_precision": (
+        "a bfloat16 or float16 matmul: on a CPU with avx512_bf16 or "
+        "avx512_fp16, TensorFlow routes it to oneDNN by the CPU's flags, and "
+        "oneDNN limited to AVX2 has no kernel for it: the process ends in a "
+        "segmentation fault (docs/traps.md item 37). A real AVX2 CPU takes "
+        "another path; these run there, and natively in every tier here"),
+}
+# Tests whose names hold one of these are half_precision without the mark.
+HALF_PRECISION_NAMES = ("float16",)  # bfloat16 too
+# The flags by which TensorFlow sends half-precision matmuls to oneDNN.
+HALF_PRECISION_FLAGS = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+
+
+def cpu_flags(cpuinfo=None):
+    """The CPU's feature flags, as a set (empty where unreadable), from
+    /proc/cpuinfo, or the file TFATTN_CPUINFO names (for the suite's own
+    tests of the selection)."""
+    cpuinfo = cpuinfo or os.environ.get("TFATTN_CPUINFO", "/proc/cpuinfo")
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def limits_in_effect(environ=None):
+    """Whether this process runs under every one of `AVX2_LIMITS`."""
+    environ = os.environ if environ is None else environ
+    return all(environ.get(k) == v for k, v in AVX2_LIMITS.items())
+
+
+def beyond_avx2(flags=None):
+    """Whether the CPU has kernels that the limits take away."""
+    flags = cpu_flags() if flags is None else flags
+    return any(flag in flags for flag in BEYOND_AVX2)
+
+
+def excluded_here(environ=None, flags=None):
+    """The markers of `EXCLUDED` to deselect in this process: half_precision
+    under the limits on a CPU with `HALF_PRECISION_FLAGS`, none elsewhere."""
+    flags = cpu_flags() if flags is None else flags
+    if limits_in_effect(environ) and any(
+            flag in flags for flag in HALF_PRECISION_FLAGS):
+        return ("half_precision",)
+    return ()
 
 
 def _probe(directory):
@@ -66,9 +131,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--probe", metavar="DIR",
                         help="run the probe, writing XLA's dump under DIR")
+    parser.add_argument("--beyond-avx2", action="store_true",
+                        help="exit 0 if this CPU has kernels beyond AVX2 "
+                        "(the limits change something), 1 if not")
     args = parser.parse_args(argv)
     if args.probe:
         _probe(args.probe)
+    elif args.beyond_avx2:
+        found = sorted(cpu_flags() & set(BEYOND_AVX2))
+        print("beyond AVX2: " + (" ".join(found) if found else "none"))
+        return 0 if found else 1
     else:
         print(" ".join(f"{k}={v}" for k, v in AVX2_LIMITS.items()))
 

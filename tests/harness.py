@@ -24,11 +24,7 @@ import keras
 import numpy as np
 import pytest
 
-# float32's machine epsilon. Two float32 sums of n terms taken in different
-# orders (another oneDNN blocking on AVX2, AVX-512 or AMX; replicas summing
-# halves that an all-reduce adds) differ by at most about n * EPS relative to
-# the sum of the terms' magnitudes.
-FLOAT32_EPS = float(np.finfo(np.float32).eps)
+from tests import bounds
 
 # The block and model configurations every layer test covers: (flavor,
 # normalize_first). The contract tests run the first always, the rest with
@@ -73,7 +69,6 @@ def run_layer_test(
     call_kwargs=None,
     run_fit=True,
     run_saving=False,
-    atol=1e-6,
 ):
     """Runs the serialization, call, training and saving checks on a layer.
 
@@ -87,7 +82,6 @@ def run_layer_test(
         run_fit: bool. Run one `fit` step on an MSE loss.
         run_saving: bool. Save the (fitted) model to `.keras`, reload it and
             compare the predictions.
-        atol: float. Tolerance of the `.keras` reload comparison.
 
     Returns:
         The eager output of a fresh layer.
@@ -136,7 +130,8 @@ def run_layer_test(
     if run_saving:
         reloaded = _save_and_reload(model)
         after = reloaded.predict(inputs, verbose=0)
-        np.testing.assert_allclose(after, before, atol=atol)
+        # The same weights through the same kernels: bit for bit.
+        np.testing.assert_array_equal(after, before)
     return eager
 
 
@@ -148,7 +143,7 @@ def _save_and_reload(model):
 
 
 def assert_keras_file_round_trip(
-    layer_cls, init_kwargs, input_data, call_kwargs=None, atol=1e-6, seed=1
+    layer_cls, init_kwargs, input_data, call_kwargs=None, seed=1
 ):
     """A model holding the layer saves to `.keras` and reloads with
     identical outputs.
@@ -177,7 +172,8 @@ def assert_keras_file_round_trip(
     for saved, loaded in zip(model.weights, reloaded.weights):
         np.testing.assert_array_equal(loaded.numpy(), saved.numpy())
     after = keras.ops.convert_to_numpy(reloaded(inputs, training=False))
-    np.testing.assert_allclose(after, before, atol=atol)
+    # The same weights through the same kernels: bit for bit.
+    np.testing.assert_array_equal(after, before)
 
 
 # --------------------------------------------------------------------------
@@ -236,16 +232,48 @@ def random_keras_attention(query, value, rng, scale=0.3, **kwargs):
     return theirs
 
 
+def attention_terms(query, value, units, key_length):
+    """`bounds.assert_close` terms of an attention output: the query or key
+    projection (C_q or C_v terms, the wider), the scores (`units`, the sum
+    of all heads' widths at most), the softmax and the weighted sum over
+    the `key_length` keys, and the output projection (`units`)."""
+    width = max(np.shape(query)[-1], np.shape(value)[-1])
+    return int(width + 2 * units + 2 * key_length)
+
+
+def logit_scale(layer, queries, keys):
+    """The scale of a `MultiHeadAttention`'s weights for `tests/bounds.py`
+    (a softmax probability moves by at most its logits' error): a bound on
+    its largest logit |q_h·k_h| / sqrt(d), max ||q_h|| · max ||k_h|| /
+    sqrt(d) (Cauchy-Schwarz) from the layer's own projections, inputs of
+    any rank, and at least 1."""
+    heads = layer.num_heads
+    norms = []
+    for dense, x in ((layer.query_dense, queries), (layer.key_dense, keys)):
+        projected = np.asarray(dense(x), np.float64)
+        per_head = projected.reshape(projected.shape[:-1] + (heads, -1))
+        norms.append(np.sqrt((per_head**2).sum(-1)).max())
+    width = layer.units // heads
+    return max(1.0, float(norms[0] * norms[1] / np.sqrt(width)))
+
+
 def assert_same_attention(theirs, ours, query, value, **call):
-    """Two attention layers give the same outputs (1e-5) and scores (1e-6)
-    for one call; returns tfattn's (outputs, scores) as arrays."""
+    """Two attention layers give the same outputs and scores for one call,
+    to `tests/bounds.py`'s bound (terms: `attention_terms`; the scores'
+    scale: `logit_scale`); returns tfattn's (outputs, scores) as
+    arrays."""
     want, want_scores = theirs(
         query, value, return_attention_scores=True, **call
     )
     got, scores = ours(query, value, return_attention_scores=True, **call)
     assert scores.shape == want_scores.shape
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    axes = getattr(ours, "attention_axes", None)
+    key_axes = len(axes) if axes else np.ndim(value) - 2
+    keys = int(np.prod(np.shape(scores)[-key_axes:]))
+    terms = attention_terms(query, value, ours.units, keys)
+    bounds.assert_close(got, want, terms=terms)
+    bounds.assert_close(scores, want_scores, terms=terms,
+                        scale=logit_scale(ours, query, value))
     return np.asarray(got), np.asarray(scores)
 
 
@@ -306,11 +334,3 @@ def uneven_translation_batches(count=1, rows=8, seed=0):
     source[..., 0] = 5
     return {"source": source, "target_in": labels}, labels
 
-
-def loss_rtol(labels, vocab_size):
-    """Relative tolerance of a token-mean cross-entropy computed in two
-    summation orders: one log-softmax over `vocab_size` logits per target
-    token, then a sum over the batch's target tokens (labels != 0; the
-    largest batch when `labels` holds several, [count, rows, T])."""
-    tokens = int(np.max(np.sum(np.asarray(labels) > 0, axis=(-2, -1))))
-    return (tokens + vocab_size) * FLOAT32_EPS

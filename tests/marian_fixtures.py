@@ -16,7 +16,6 @@ import numpy as np
 import safetensors.numpy as safetensors_numpy
 import sentencepiece as spm
 
-from tests import reference_numpy_marian as ref
 from tfattn.interop import marian
 from tfattn.utils.ids import BOS_ID
 from tfattn.utils.ids import EOS_ID
@@ -163,18 +162,6 @@ def teacher_forced(tokenizer, texts):
     ours = tokenizer.vocabulary.to_tfattn(marian_in)
     ours[np.arange(ours.shape[1])[None, :] >= lengths[:, None]] = 0
     return marian_in, ours, lengths
-
-
-def max_logit_difference(model, tokenizer, weights, config, **ref_kw):
-    source_marian, source, _ = id_batches(tokenizer, SAMPLE[:4])
-    target_marian, target_in, lengths = teacher_forced(
-        tokenizer, ["Die Katze läuft.", "Ein Hund!", "Größe", "Park"])
-    expected = ref.forward(weights, config, source_marian, target_marian,
-                           **ref_kw)
-    logits = np.asarray(model((source, target_in)))
-    ours = logits[..., tokenizer.vocabulary.tfattn_of_marian]
-    keep = np.arange(target_in.shape[1])[None, :] < lengths[:, None]
-    return float(np.max(np.abs(ours - expected)[keep]))
 
 
 def changed_copy(checkpoint, tmp_path, config=None, weights=None, drop=None,

@@ -9,10 +9,12 @@ import keras
 import numpy as np
 
 import tfattn
+from tests.harness import attention_terms
 from tests.harness import copy_to_keras_attention
 from tests.harness import randomize_weights
 
-__all__ = ["B", "T", "C", "H", "make_inputs", "built_layer", "keras_twin"]
+__all__ = ["B", "T", "C", "H", "make_inputs", "built_layer", "keras_twin",
+           "mha_terms"]
 
 B, T, C, H = 2, 5, 8, 2
 
@@ -69,3 +71,24 @@ def keras_twin(layer):
     twin(x, x)
     copy_to_keras_attention(twin, layer)
     return twin
+
+
+def mha_terms(layer, queries, keys, key_length=None):
+    """`bounds.assert_close` terms of a `MultiHeadAttention` output.
+
+    Paper: `attention_terms` (the projection over the inputs' width, the
+    scores, the softmax and weighted sum over the keys, the output
+    projection; the heads' width the wider of the query/key and the value
+    units). Reference flavours: the projection over the inputs' width, the
+    scores (`units`, all heads' widths at most), the softmax and weighted
+    sum over the keys (2·T_k), the residual (1) and the layer norm (4·C).
+    `key_length`: T_k when it is not the keys' length (a cache's slots).
+    """
+    if key_length is None:
+        key_length = np.shape(keys)[1]
+    if layer.flavor == "paper":
+        units = max(layer.units, layer.value_units)
+        return attention_terms(queries, keys, units, key_length)
+    width = max(np.shape(queries)[-1], np.shape(keys)[-1])
+    return width + layer.units + 2 * key_length + 1 + 4 * np.shape(queries)[-1]
+

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from tests import bert_fixtures as bfx
+from tests import bounds
 from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tests.test_cli_train_errors import _main
 from tfattn.decoding import mlm_evaluation
 from tfattn.export import load_masked_lm
 from tfattn.interop import pretrained
 from tfattn.training import run_dir
+from tfattn.utils.ids import BOS_ID
+from tfattn.utils.ids import EOS_ID
 
 # Words of the fixture's vocabulary (and "jumping": "jump ##ing").
 TEXTS = ["the quick brown fox is jumping over the lazy dog",
@@ -53,6 +56,14 @@ def bert_dirs(tmp_path_factory):
             f.write("\n".join(TEXTS) + "\n")
     dirs["data"] = prefix
     return dirs
+
+
+def _logits(model, tokenizer, text):
+    """The model's logits [T, V] at every position of `text`, read as
+    fill-mask reads it ([CLS] pieces [SEP])."""
+    pieces, = mlm_evaluation.text_pieces(tokenizer, [text], True)
+    ids = np.array([[BOS_ID, *pieces, EOS_ID]], "int32")
+    return np.asarray(model(ids))[0]
 
 
 def _refused(bert_dirs, tmp_path, *args):
@@ -145,8 +156,15 @@ def test_bert_fine_tunes_evaluates_and_exports(bert_dirs, tmp_path, capsys):
     (fillings,), = served.fill_mask([text])
     python = mlm_evaluation.fill_mask(model, restored, [text])[0][0]
     assert [w for w, _ in fillings] == [w for w, _ in python]
-    np.testing.assert_allclose([p for _, p in fillings],
-                               [p for _, p in python], rtol=1e-5)
+    logits = _logits(model, restored, text)
+    # To one logit: the embeddings' layer norm (4·C), the stack over the
+    # text, the head's Dense (C) and layer norm (4·C), the projection and
+    # the vocabulary; a probability moves by at most its logits' error.
+    terms = 4 * saved.num_units + 5 * saved.num_units + bounds.stack_terms(
+        saved.num_layers, saved.num_units, saved.ffn_units, len(logits),
+        saved.vocab_size)
+    bounds.assert_close([p for _, p in fillings], [p for _, p in python],
+                        terms=terms, scale=np.abs(logits).max())
     # Each filling is a token of vocab.txt, without its "##".
     vocab = bfx.vocabulary()
     for word, _ in fillings:

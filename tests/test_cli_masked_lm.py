@@ -15,6 +15,7 @@ import tensorflow as tf
 from absl import flags
 
 import hparams
+from tests import bounds
 from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tests.test_cli_train_errors import _main
 from tfattn import config
@@ -31,6 +32,16 @@ TEXTS = ["the cat sat on the mat", "a dog ran in the park",
 def _write(path, text):
     with open(path, "w") as f:
         f.write(text)
+
+
+def _logit_terms(hp, length, vocab_size):
+    """To one logit of the run's MaskedLM over `length` tokens: the
+    embeddings' layer norm where there is one (4·C), the stack, the head's
+    Dense (C) and layer norm (4·C), the projection and the vocabulary (a
+    log-softmax over it)."""
+    embeddings = 4 * hp.num_units if hp.normalize_embeddings else 0
+    return embeddings + 5 * hp.num_units + bounds.stack_terms(
+        hp.num_layers, hp.num_units, hp.ffn_units, length, vocab_size)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +94,8 @@ def test_eval_reports_the_figures_it_writes(trained, capsys):
     metrics = json.loads((model_dir / "metrics_test.json").read_text())
     assert metrics["blanks"] > 0 and metrics["texts"] == 6
     assert metrics["truncated"] == 0
-    assert float(match.group(1)) == pytest.approx(
-        100 * metrics["masked_accuracy"], abs=0.06)
-    assert float(match.group(2)) == pytest.approx(
-        metrics["masked_perplexity"], abs=0.006)
+    bounds.assert_printed(100 * metrics["masked_accuracy"], match.group(1))
+    bounds.assert_printed(metrics["masked_perplexity"], match.group(2))
 
 
 class _FixedBlanks:
@@ -118,12 +127,13 @@ def test_masked_lm_scores_equal_a_numpy_rescoring_of_fixed_blanks(trained):
     # fixed positions), the model's full logits [1, T, V] per row, and
     # NumPy's log-softmax: accuracy and perplexity over the blanks.
     _, model_dir = trained
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
     texts = TEXTS[:5] + ["a", ""]
     masker = _FixedBlanks()
     got = mlm_evaluation.masked_lm_scores(model, tokenizer, texts, masker,
                                           batch_size=3)
     nll, hits, count = 0.0, 0, 0
+    largest, longest = 0.0, 0
     for text, seen in zip(texts, masker.rows):
         pieces = tokenizer.tokenize([text]).to_list()[0]
         row = [2] + pieces + [3]
@@ -132,23 +142,33 @@ def test_masked_lm_scores_equal_a_numpy_rescoring_of_fixed_blanks(trained):
         masked = np.asarray([row], np.int32)
         masked[0, blanks] = 4
         logits = np.asarray(model(masked), np.float64)[0]
+        longest = max(longest, len(row))
         for position in blanks:
             lp = logits[position] - logits[position].max()
             lp -= np.log(np.exp(lp).sum())
             nll -= lp[row[position]]
+            largest = max(largest, np.abs(logits[position]).max(),
+                          abs(lp[row[position]]))
             hits += int(np.argmax(lp) == row[position])
             count += 1
     assert got["blanks"] == count == 11  # 2 per text, 1 for "a", 0 for ""
     assert got["texts"] == 7 and got["truncated"] == 0
-    # float32 logits of a 1-layer model: 1e-5 relative on exp(mean NLL).
-    np.testing.assert_allclose(got["masked_perplexity"],
-                               math.exp(nll / count), rtol=1e-5)
-    assert got["masked_accuracy"] == pytest.approx(hits / count)
+    # float32 log-probabilities (the model, the log-softmax over the
+    # vocabulary) summed over the blanks, divided (1) and exponentiated
+    # (1): the perplexity moves by itself times the mean's error, whose
+    # terms have the logits' magnitude.
+    want = math.exp(nll / count)
+    terms = count + 2 + _logit_terms(hp, longest, tokenizer.vocab_size)
+    bounds.assert_close(got["masked_perplexity"], want, terms=terms,
+                        scale=want * largest)
+    # One division of the same counts.
+    bounds.assert_close(got["masked_accuracy"], hits / count, terms=1,
+                        dtype="float64")
 
 
 def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
     _, model_dir = trained
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
     texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
     filled = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=3)
     assert [len(blanks) for blanks in filled] == [1, 2]
@@ -170,8 +190,11 @@ def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
             # piece, a special piece (<s>, [MASK]...) as written.
             assert [w for w, _ in got] == [_read(sp, int(i)) for i in best]
             assert not any(w.startswith("\u2581") for w, _ in got)
-            np.testing.assert_allclose([q for _, q in got], probs[best],
-                                       atol=1e-5)
+            # A probability moves by at most its logits' error.
+            bounds.assert_close(
+                [q for _, q in got], probs[best],
+                terms=_logit_terms(hp, ids.shape[1], tokenizer.vocab_size),
+                scale=np.abs(logits[position]).max())
 
 
 def _read(sp, token_id):
@@ -203,9 +226,16 @@ def exported(trained):
 
 def test_the_fill_mask_signature_equals_python(trained, exported):
     _, model_dir = trained
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
     texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
     out = exported.signatures["fill_mask"](texts=tf.constant(texts))
+    # A probability moves by at most its logits' error: the scale is the
+    # largest |logit| on the texts, read as fill-mask reads them.
+    rows = [[2, *pieces, 3] for pieces in
+            mlm_evaluation.text_pieces(tokenizer, texts, True)]
+    scale = max(np.abs(np.asarray(model(np.array([row], np.int32)))).max()
+                for row in rows)
+    terms = _logit_terms(hp, max(map(len, rows)), tokenizer.vocab_size)
     assert out["blanks"].numpy().tolist() == [1, 2]
     assert out["fillings"].shape == (2, 2, 5)
     want = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=5)
@@ -213,9 +243,9 @@ def test_the_fill_mask_signature_equals_python(trained, exported):
         for slot, pairs in enumerate(blanks):
             words = [w.decode() for w in out["fillings"][row, slot].numpy()]
             assert words == [w for w, _ in pairs]  # the same strings
-            np.testing.assert_allclose(
+            bounds.assert_close(
                 out["probabilities"][row, slot].numpy(),
-                [q for _, q in pairs], atol=1e-5)
+                [q for _, q in pairs], terms=terms, scale=scale)
     assert out["fillings"][0, 1, 0].numpy() == b""  # padding
 
 
@@ -278,7 +308,11 @@ def test_attention_maps_of_a_masked_lm_are_bidirectional(trained, tmp_path):
     assert maps.source_tokens[-1] == "</s>"
     for weights in maps.scores["encoder"]:  # [H, T, T] per layer
         assert weights.shape[1] == weights.shape[2] == len(maps.source_tokens)
-        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+        # A softmax over T keys (2·T), then the sum of its T weights (T),
+        # each at most 1.
+        keys = weights.shape[-1]
+        bounds.assert_close(weights.sum(-1), 1.0, terms=2 * keys + keys,
+                            scale=1.0)
         assert np.triu(weights, k=1).max() > 1e-3  # later tokens are seen
     assert any(p.endswith("encoder_layer0.png") for p in paths)
 

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from tests import cpu_limits
 from tests.cpu_limits import AVX2_LIMITS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,3 +78,77 @@ def test_xla_emits_no_avx512_instructions(probe):
                        text=True, check=True).stdout for path in objects)
     assert re.search(r"\bv\w+\s+%ymm", code), "no AVX code found at all"
     assert not AVX512_ONLY.search(code), AVX512_ONLY.search(code).group(0)
+
+
+# --------------------------------------------------------------------------
+# Which CPUs get the second pass, and what it leaves out.
+
+AVX2_EPYC = {"avx", "avx2", "fma", "f16c"}
+ZEN4_EPYC = AVX2_EPYC | {"avx512f", "avx512_vnni", "avx512_bf16"}
+AMX_XEON = AVX2_EPYC | {"avx512f", "avx512_fp16", "amx_tile", "amx_bf16"}
+SKYLAKE = AVX2_EPYC | {"avx512f", "avx512bw"}
+
+
+@pytest.mark.parametrize("flags,beyond", [
+    (AVX2_EPYC, False), (ZEN4_EPYC, True), (AMX_XEON, True),
+    (SKYLAKE, True), (AVX2_EPYC | {"avx_vnni"}, True), (set(), False)])
+def test_the_second_pass_runs_where_the_limits_take_something_away(
+        flags, beyond):
+    assert cpu_limits.beyond_avx2(flags) is beyond
+
+
+def test_the_limits_are_in_effect_only_when_every_one_is_set():
+    assert cpu_limits.limits_in_effect(dict(AVX2_LIMITS))
+    for name in AVX2_LIMITS:
+        partial = {k: v for k, v in AVX2_LIMITS.items() if k != name}
+        assert not cpu_limits.limits_in_effect(partial), name
+    assert not cpu_limits.limits_in_effect({})
+
+
+@pytest.mark.parametrize("flags,left_out", [
+    (ZEN4_EPYC, ("half_precision",)), (AMX_XEON, ("half_precision",)),
+    (SKYLAKE, ()), (AVX2_EPYC, ())])
+def test_half_precision_is_left_out_only_where_it_would_crash(flags,
+                                                              left_out):
+    assert cpu_limits.excluded_here(dict(AVX2_LIMITS), flags) == left_out
+    # Natively, nothing is left out anywhere.
+    assert cpu_limits.excluded_here({}, flags) == ()
+
+
+def test_every_exclusion_says_why():
+    assert set(cpu_limits.EXCLUDED) == {"half_precision"}
+    assert all(len(reason) > 80 for reason in cpu_limits.EXCLUDED.values())
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n")
+    assert cpu_limits.cpu_flags(str(info)) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_limits.cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_the_beyond_avx2_command_answers_by_exit_status():
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.cpu_limits", "--beyond-avx2"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    want = 0 if cpu_limits.beyond_avx2() else 1
+    assert result.returncode == want, result.stdout + result.stderr
+    assert result.stdout.startswith("beyond AVX2: ")
+
+
+def test_the_suite_deselects_half_precision_tests_under_the_limits(
+        tmp_path):
+    # (Where nothing is left out, `excluded_here` says so above.)
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t: avx2 avx512f avx512_bf16\n")
+    env = dict(os.environ, **AVX2_LIMITS, TFATTN_CPUINFO=str(info))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q",
+         "-p", "no:cacheprovider", "-p", "no:xdist",
+         "tests/test_layers_quantization_and_policies.py"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:]
+    listed = result.stdout
+    assert "test_a_dtype_policy_map_reaches_each_projection" not in listed
+    assert "1 deselected" in listed, listed[-2000:]
+    assert "test_int8_attention_saves_and_reloads" in listed  # kept

@@ -18,6 +18,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from tests import bounds
 from tfattn import export
 from tfattn.data import train_tokenizer
 from tfattn.data.monolingual import encode_texts
@@ -36,6 +37,10 @@ CORPUS = [f"{t} {o}" for t in _THINGS for o in _OPINIONS]
 TEXTS = ["the food was great", "my staff seemed rude", "", "   ",
          "this hotel was cold and the bar felt dirty and slow",
          "a room", "our view looked lovely", "that bar was quick"]
+# To one logit of the fixture's classifier (1 layer, width 16, FFN 32) over
+# the export's MAX_LENGTH ids: the stack, the mean over the tokens, then
+# the output layer over the 3 classes.
+TERMS = MAX_LENGTH + bounds.stack_terms(1, 16, 32, MAX_LENGTH, len(LABELS))
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +74,14 @@ def served(exported):
     return export.load_classifier(exported)
 
 
+def _logit_scale(model_and_tokenizer, texts):
+    """The largest |logit| of the Keras model on `texts`: the scale of the
+    probabilities' error (a softmax moves by at most its logits' error)."""
+    model, tokenizer = model_and_tokenizer
+    return np.abs(model.predict(encode_texts(tokenizer, texts, MAX_LENGTH),
+                                verbose=0)).max()
+
+
 def _softmax(logits):
     """NumPy softmax over the last axis."""
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
@@ -83,8 +96,8 @@ def test_probabilities_are_the_keras_models_softmax(model_and_tokenizer,
     out = served.classify(TEXTS)
     assert out.probabilities.shape == (len(TEXTS), 3)
     assert out.probabilities.dtype == np.float32
-    np.testing.assert_allclose(out.probabilities, _softmax(logits),
-                               atol=1e-5)
+    bounds.assert_close(out.probabilities, _softmax(logits), terms=TERMS,
+                        scale=np.abs(logits).max())
     assert out.label_ids == logits.argmax(-1).tolist()
     assert len(set(out.label_ids)) >= 2  # the names are really looked up
     assert out.labels == [LABELS[i] for i in out.label_ids]
@@ -114,8 +127,9 @@ def test_a_cut_text_reads_as_its_first_pieces(model_and_tokenizer, served):
     assert sp.encode(first) == sp.encode(long)[:MAX_LENGTH - 2]
     out = served.classify([long, first])
     assert out.truncated == [True, False]
-    np.testing.assert_allclose(out.probabilities[0], out.probabilities[1],
-                               atol=1e-5)
+    bounds.assert_close(out.probabilities[0], out.probabilities[1],
+                        terms=TERMS, scale=_logit_scale(
+                            model_and_tokenizer, [long, first]))
 
 
 def test_batch_zero_gives_empty_results(served):
@@ -140,8 +154,8 @@ def test_the_export_holds_the_keras_model_and_the_vocabulary(
         assert f.read() == tokenizer.model_proto
     ids = encode_texts(tokenizer, TEXTS[:2], MAX_LENGTH)
     restored = keras.saving.load_model(os.path.join(exported, "model.keras"))
-    np.testing.assert_allclose(restored.predict(ids, verbose=0),
-                               model.predict(ids, verbose=0), atol=1e-6)
+    bounds.assert_close(restored.predict(ids, verbose=0),
+                        model.predict(ids, verbose=0), terms=TERMS)
 
 
 def test_without_names_the_labels_are_the_ids_and_overwrite_replaces(
@@ -271,7 +285,8 @@ def test_the_signature_alone_gives_what_classify_gives(exported, served):
 
 
 @pytest.mark.slow
-def test_a_process_with_tensorflow_alone_serves_it(exported, served):
+def test_a_process_with_tensorflow_alone_serves_it(model_and_tokenizer,
+                                                   exported, served):
     script = textwrap.dedent(f"""
         import json, sys
         import tensorflow as tf
@@ -294,5 +309,6 @@ def test_a_process_with_tensorflow_alone_serves_it(exported, served):
     want = served.classify(TEXTS)
     assert got["labels"] == want.labels
     assert got["truncated"] == want.truncated
-    np.testing.assert_allclose(got["probabilities"], want.probabilities,
-                               atol=1e-6)
+    bounds.assert_close(got["probabilities"], want.probabilities,
+                        terms=TERMS, scale=_logit_scale(
+                            model_and_tokenizer, TEXTS))

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests import bounds
 from tfattn import export
 from tfattn.data import numbers_splits
 from tfattn.data import train_tokenizer
@@ -105,15 +106,22 @@ def test_the_engines_and_the_python_path_agree(engines, model_and_tokenizer):
     # alpha 0) are the summed log-probabilities of its output, rescored
     # here by a teacher-forced forward pass and a NumPy log-softmax.
     assert all(np.isfinite(ct2.scores))
-    want = _rescored(model, tokenizer, texts)
-    np.testing.assert_allclose(saved.scores, want, atol=1e-4)
+    want, scales = _rescored(model, tokenizer, texts)
+    # A log-probability: the encoder's and the decoder's blocks
+    # (cross-attention a block of its own) over at most MAX_LENGTH
+    # positions and the log-softmax over the vocabulary; then the sum of
+    # at most MAX_LENGTH of them, at the magnitude of their logits.
+    terms = MAX_LENGTH + bounds.stack_terms(
+        1 + 2 * 1, 16, 32, MAX_LENGTH, tokenizer.vocab_size)
+    bounds.assert_close(saved.scores, want, terms=terms, scale=scales)
     assert [s == 0.0 for s in saved.scores] == [not t.strip() for t in texts]
 
 
 def _rescored(model, tokenizer, texts):
     """Each text's greedy output scored by a full forward pass: the sum of
     log p(token) (padding excluded from the vocabulary) up to EOS; 0.0 for
-    a text without pieces (the contract)."""
+    a text without pieces (the contract). Also the scale of each score's
+    rounding: the sum over its tokens of the largest |logit| there."""
     from tfattn.decoding.translate import decode_lengths
     from tfattn.decoding.translate import encode_for_translation
     from tfattn.models.transformer import BOS_ID
@@ -130,17 +138,20 @@ def _rescored(model, tokenizer, texts):
     top = logits.max(-1, keepdims=True)
     log_probs = logits - top - np.log(np.exp(logits - top).sum(-1,
                                                                keepdims=True))
-    scores = []
+    largest = np.abs(logits[..., 1:]).max(-1)
+    scores, scales = [], []
     for row, text in enumerate(texts):
-        total = 0.0
+        total = scale = 0.0
         for t, token in enumerate(ids[row]):
             if token == 0:
                 break
             total += log_probs[row, t, token]
+            scale += largest[row, t]
             if token == EOS_ID:
                 break
         scores.append(total if text.strip() else 0.0)
-    return scores
+        scales.append(scale if text.strip() else 0.0)
+    return scores, np.array(scales)
 
 
 @pytest.mark.parametrize(

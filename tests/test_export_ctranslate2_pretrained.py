@@ -2,7 +2,8 @@
 random Marian (tests/marian_fixtures.py) as a `ctranslate2.Translator` and
 a tiny random GPT-2 (tests/gpt2_fixtures.py, built by keras-hub) as a
 `ctranslate2.Generator`, each on tfattn's own ids, must give tfattn's
-per-token log-probabilities (`score_batch`) to 1e-4 and its greedy
+per-token log-probabilities (`score_batch`) to the rounding bound of
+tests/bounds.py and its greedy
 outputs (`checkpoint_to_ctranslate2` writes them); each option and each
 feed-forward activation CTranslate2 has must map on its own.
 """
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests import bounds
 from tests import gpt2_fixtures as gpt2_fx
 from tests import marian_fixtures as marian_fx
 from tfattn.export import ctranslate2 as ct2_export
@@ -40,6 +42,21 @@ def _log_softmax(logits):
 
 def _rows(rng, low, high, lengths):
     return [rng.integers(low, high, n).tolist() for n in lengths]
+
+
+def _terms(num_blocks, units, ffn_units, length, vocab_size, final_norms=0):
+    """To one log-probability: `num_blocks` blocks (a decoder layer's
+    cross-attention a block of its own), a pre-norm model's final layer
+    norms (4·C each) and the log-softmax over the vocabulary."""
+    return final_norms * 4 * units + bounds.stack_terms(
+        num_blocks, units, ffn_units, length, vocab_size)
+
+
+def _scale(logits, log_probs):
+    """The magnitude of log-probabilities' rounding: the largest |logit|
+    or |log p|, whichever is larger (the masked ones left out)."""
+    values = np.concatenate([np.ravel(logits), np.ravel(log_probs)])
+    return np.abs(values[values > MASKED / 2]).max()
 
 
 # ----------------------------------------------------------------------
@@ -82,8 +99,13 @@ def test_marian_scores_equal_tfattns_search_distribution(marian_export):
         logits[..., [PAD_ID, BOS_ID]] = MASKED
         log_probs = _log_softmax(logits[0])
         ours = [log_probs[t, i] for t, i in enumerate(target + [EOS_ID])]
-        np.testing.assert_allclose(result.log_probs, ours, atol=1e-4,
-                                   rtol=0)
+        config = marian_fx.CONFIG
+        terms = _terms(
+            config["encoder_layers"] + 2 * config["decoder_layers"],
+            config["d_model"], config["encoder_ffn_dim"],
+            max(len(source), len(target)) + 1, vocab)
+        bounds.assert_close(result.log_probs, ours, terms=terms,
+                            scale=_scale(logits, ours))
 
 
 def test_marian_greedy_outputs_are_tfattns(marian_export):
@@ -128,13 +150,14 @@ def gpt2_export(tmp_path_factory):
 
 def _generator_scores(model, pieces, generator, rows):
     """CTranslate2's log-probabilities of each row after its first id,
-    and tfattn's."""
+    tfattn's, and the scale of their rounding (`_scale`)."""
     results = generator.score_batch([[pieces[i] for i in row]
                                      for row in rows])
     for row, result in zip(rows, results):
-        log_probs = _log_softmax(model(np.array([row], "int32"))[0])
-        yield result.log_probs, [log_probs[t, i]
-                                 for t, i in enumerate(row[1:])]
+        logits = np.asarray(model(np.array([row], "int32"))[0])
+        log_probs = _log_softmax(logits)
+        ours = [log_probs[t, i] for t, i in enumerate(row[1:])]
+        yield result.log_probs, ours, _scale(logits, ours)
 
 
 def test_gpt2_scores_equal_tfattns(gpt2_export):
@@ -144,8 +167,12 @@ def test_gpt2_scores_equal_tfattns(gpt2_export):
     rng = np.random.default_rng(2)
     rows = [[BOS_ID] + row for row in _rows(rng, 4, len(pieces), (6, 3))]
     rows.append([BOS_ID, 7, 9, EOS_ID, 11, 12])
-    for theirs, ours in _generator_scores(model, pieces, generator, rows):
-        np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
+    terms = _terms(gpt2_fx.LAYERS, gpt2_fx.WIDTH, gpt2_fx.FFN,
+                   max(len(row) for row in rows), len(pieces),
+                   final_norms=1)
+    for theirs, ours, scale in _generator_scores(model, pieces, generator,
+                                                 rows):
+        bounds.assert_close(theirs, ours, terms=terms, scale=scale)
 
 
 def test_gpt2_greedy_continuations_are_tfattns(gpt2_export):
@@ -245,10 +272,14 @@ def test_each_option_scores_equal(options, tmp_path):
     spec = ctranslate2_spec.decoder_only_spec(lm, PIECES)
     generator = ctranslate2.Generator(_saved(spec, tmp_path / "ct2"))
     rows = [[BOS_ID, 4, 5, BOS_ID, 7], [BOS_ID, EOS_ID, 9, 10]]
-    for theirs, ours in _generator_scores(lm, PIECES, generator, rows):
+    terms = _terms(1, 16, 32, max(len(row) for row in rows), VOCAB,
+                   final_norms=1)
+    for theirs, ours, scale in _generator_scores(lm, PIECES, generator,
+                                                 rows):
         masked = np.array(ours) < -1e8
-        np.testing.assert_allclose(np.array(theirs)[~masked],
-                                   np.array(ours)[~masked], atol=1e-4)
+        bounds.assert_close(np.array(theirs)[~masked],
+                            np.array(ours)[~masked], terms=terms,
+                            scale=scale)
         assert (np.array(theirs)[masked] < -1e8).all()
 
 
@@ -276,9 +307,11 @@ def test_each_translation_option_scores_equal(options, tmp_path):
     if options.get("suppress_bos"):
         logits[..., [PAD_ID, BOS_ID]] = MASKED
     log_probs = _log_softmax(logits[0])
-    np.testing.assert_allclose(
-        result.log_probs, [log_probs[t, i] for t, i in
-                           enumerate((7, 8, EOS_ID))], atol=1e-4, rtol=0)
+    ours = [log_probs[t, i] for t, i in enumerate((7, 8, EOS_ID))]
+    terms = _terms(1 + 2 * 1, 16, 32, 3, VOCAB,
+                   final_norms=2 * bool(options.get("normalize_first")))
+    bounds.assert_close(result.log_probs, ours, terms=terms,
+                        scale=_scale(logits, ours))
 
 
 def test_an_activation_ctranslate2_lacks_is_refused(tmp_path):

@@ -16,9 +16,11 @@ import os
 import numpy as np
 import pytest
 
+from tests import bounds
 from tests import gpt2_fixtures as gpt2_fx
 from tests import marian_fixtures as marian_fx
 from tfattn.decoding import lm_evaluation
+from tfattn.decoding import lm_serving
 from tfattn.decoding import samplers
 from tfattn.export import ctranslate2 as ct2_export
 from tfattn.export import ctranslate2_generator
@@ -95,6 +97,26 @@ def gpt2_model(tmp_path_factory):
     return gpt2.from_keras_hub(str(root / "preset"))
 
 
+def _continuation_scales(model, tokenizer, prompts, max_new_tokens):
+    """The scale of each greedy continuation score's rounding (a sum of
+    log-probabilities): the sum over its tokens of the largest |logit|
+    (the masked ids left out) where each is chosen; and the longest
+    prompt and continuation."""
+    rows, _ = lm_serving.prompt_window(
+        tokenizer.tokenize(prompts).to_list(),
+        model.max_length - max_new_tokens)
+    ids, _ = model.generate(rows, max_new_tokens=max_new_tokens,
+                            jit_compile=False)
+    scales, longest = [], 0
+    for row, new in zip(rows, np.asarray(ids).tolist()):
+        new = new[:new.index(EOS_ID) + 1] if EOS_ID in new else new
+        logits = np.asarray(model(np.array([row + new], "int32")))[0]
+        steps = np.abs(logits[len(row) - 1:-1])
+        scales.append(np.where(steps < 1e8, steps, 0).max(-1).sum())
+        longest = max(longest, len(row) + len(new))
+    return np.array(scales), longest
+
+
 def test_gpt2_generator_continues_as_tfattn(gpt2_model, tmp_path):
     model, tokenizer = gpt2_model
     prompts = ["The weather today", "Hello, world!", "über", ""]
@@ -105,7 +127,15 @@ def test_gpt2_generator_continues_as_tfattn(gpt2_model, tmp_path):
     ours = lm_evaluation.continue_details(model, tokenizer, prompts,
                                           max_new_tokens=8)
     assert got.continuations == ours.continuations
-    np.testing.assert_allclose(got.scores, ours.scores, atol=1e-4, rtol=0)
+    scales, longest = _continuation_scales(model, tokenizer, prompts, 8)
+    # A log-probability: the stack over the longest prompt and
+    # continuation, its final layer norm (4·C) and the log-softmax over
+    # the vocabulary; then the sum of at most 8 of them, at the magnitude
+    # of their logits.
+    terms = 8 + 4 * gpt2_fx.WIDTH + bounds.stack_terms(
+        gpt2_fx.LAYERS, gpt2_fx.WIDTH, gpt2_fx.FFN, longest,
+        model.vocab_size)
+    bounds.assert_close(got.scores, ours.scores, terms=terms, scale=scales)
     assert any(got.continuations)
 
 

@@ -19,12 +19,15 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from tests import bounds
 from tfattn import export
 from tfattn.data import MaskGenerator
 from tfattn.data import SubwordTokenizer
 from tfattn.data import train_tokenizer
 from tfattn.decoding import mlm_evaluation
 from tfattn.models import MaskedLM
+from tfattn.utils.ids import BOS_ID
+from tfattn.utils.ids import EOS_ID
 
 MAX_LENGTH = 16
 TOP_K = 5
@@ -36,6 +39,8 @@ BLANKS = ["", "   ", "\t\n "]
 LONG = ["the [MASK] sat " + "on the mat " * 8 + "[MASK]",
         "[MASK] " * 20,
         "[MASK] sat " + "on the mat " * 8]
+# The fixture's MaskedLM (1 layer, width 16, FFN 32).
+LAYERS, UNITS, FFN_UNITS = 1, 16, 32
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +48,28 @@ def model_and_tokenizer():
     # Seeded before the tokenizer is built (docs/traps.md item 10).
     keras.utils.set_random_seed(5)
     tokenizer = train_tokenizer(CORPUS, None, vocab_size=40, mask_piece=True)
-    model = MaskedLM(tokenizer.vocab_size, num_layers=1, num_units=16,
-                     num_heads=2, ffn_units=32, max_length=MAX_LENGTH,
-                     dropout_rate=0.0)
+    model = MaskedLM(tokenizer.vocab_size, num_layers=LAYERS,
+                     num_units=UNITS, num_heads=2, ffn_units=FFN_UNITS,
+                     max_length=MAX_LENGTH, dropout_rate=0.0)
     model(np.ones((1, 4), "int32"))
     return model, tokenizer
+
+
+def _bound(model_and_tokenizer, texts):
+    """`assert_close`'s terms and scale for fill-mask probabilities of the
+    model on `texts`: to one logit, the stack over at most MAX_LENGTH
+    positions, the head's Dense (C) and layer norm (4·C), the projection
+    and the vocabulary; a probability moves by at most its logits' error,
+    so the scale is the largest |logit| on the texts (read as fill-mask
+    reads them: <s> pieces </s>, cut to MAX_LENGTH)."""
+    model, tokenizer = model_and_tokenizer
+    room = MAX_LENGTH - 2
+    rows = [[BOS_ID, *p[:room], EOS_ID] for p in mlm_evaluation.text_pieces(
+        tokenizer, texts, True)]
+    logits = [np.asarray(model(np.array([row], "int32"))) for row in rows]
+    terms = 5 * UNITS + bounds.stack_terms(
+        LAYERS, UNITS, FFN_UNITS, MAX_LENGTH, tokenizer.vocab_size)
+    return dict(terms=terms, scale=max(np.abs(x).max() for x in logits))
 
 
 class _Python:
@@ -102,7 +124,8 @@ def test_blanks_past_max_length_are_refused_by_fill_mask(engine):
         engine.fill_mask(LONG[:1])
 
 
-def test_fill_mask_details_fills_the_blanks_that_fit(engine):
+def test_fill_mask_details_fills_the_blanks_that_fit(engine,
+                                                     model_and_tokenizer):
     out = engine.fill_mask_details(LONG + ["the [MASK] sat"])
     assert out.truncated == [True, True, True, False]
     assert [len(blanks) for blanks in out.fillings] == [1, 14, 1, 1]
@@ -110,25 +133,26 @@ def test_fill_mask_details_fills_the_blanks_that_fit(engine):
     # batch is narrower: float32 sums may differ in the last bits).
     alone = engine.fill_mask(LONG[2:])
     assert [w for w, _ in alone[0][0]] == [w for w, _ in out.fillings[2][0]]
-    np.testing.assert_allclose([q for _, q in alone[0][0]],
-                               [q for _, q in out.fillings[2][0]], atol=1e-5)
+    bounds.assert_close([q for _, q in alone[0][0]],
+                        [q for _, q in out.fillings[2][0]],
+                        **_bound(model_and_tokenizer, LONG[2:]))
 
 
-def test_the_engines_agree_on_the_same_texts(engines):
+def test_the_engines_agree_on_the_same_texts(engines, model_and_tokenizer):
     texts = LONG + BLANKS + ["[MASK] dog ran in the [MASK]", "the [MASK]"]
     python = engines["python"].fill_mask_details(texts)
     saved = engines["saved_model"].fill_mask_details(texts)
     assert saved.truncated == python.truncated
     assert len(saved.fillings) == len(python.fillings) == len(texts)
+    bound = _bound(model_and_tokenizer, texts)
     for got, want in zip(saved.fillings, python.fillings):
         assert len(got) == len(want)
         for got_blank, want_blank in zip(got, want):
             # Ties aside (none at this model's float32 probabilities), the
             # same words in the same order.
             assert [w for w, _ in got_blank] == [w for w, _ in want_blank]
-            np.testing.assert_allclose([q for _, q in got_blank],
-                                       [q for _, q in want_blank],
-                                       atol=1e-5)
+            bounds.assert_close([q for _, q in got_blank],
+                                [q for _, q in want_blank], **bound)
 
 
 @pytest.mark.parametrize("texts, match", [

@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import bounds
+from tests.test_decoding_mlm_wordpiece import MAX_LENGTH
 from tests.test_decoding_mlm_wordpiece import model  # noqa: F401
 from tests.test_decoding_mlm_wordpiece import tokenizer  # noqa: F401
 from tfattn import export
 from tfattn.decoding import mlm_evaluation
+from tfattn.utils.ids import BOS_ID
+from tfattn.utils.ids import EOS_ID
 
 TEXTS = ["the dog is jump[MASK] over", "[MASK] lazy [MASK]", "",
          "The QUICK [MASK] fox"]
@@ -40,9 +44,21 @@ def test_the_export_answers_as_the_python_path(served, model,  # noqa: F811
     want = mlm_evaluation.fill_mask(model, tokenizer, TEXTS, top_k=4)
     assert [[[w for w, _ in blank] for blank in text] for text in got] == [
         [[w for w, _ in blank] for blank in text] for text in want]
-    np.testing.assert_allclose(
+    # To one logit of the fixture's MaskedLM (1 layer, width 16, FFN 32):
+    # the stack over at most MAX_LENGTH positions, the head's Dense (C)
+    # and layer norm (4·C), the projection and the vocabulary.
+    terms = 5 * 16 + bounds.stack_terms(1, 16, 32, MAX_LENGTH,
+                                        tokenizer.vocab_size)
+    # A probability moves by at most its logits' error: the scale is the
+    # largest |logit| on the texts, read as fill-mask reads them.
+    rows = [[BOS_ID, *pieces, EOS_ID] for pieces in
+            mlm_evaluation.text_pieces(tokenizer, TEXTS, True)]
+    scale = max(np.abs(np.asarray(model(np.array([row], "int32")))).max()
+                for row in rows)
+    bounds.assert_close(
         [p for text in got for blank in text for _, p in blank],
-        [p for text in want for blank in text for _, p in blank], rtol=1e-5)
+        [p for text in want for blank in text for _, p in blank],
+        terms=terms, scale=scale)
     assert [len(text) for text in got] == [1, 2, 0, 1]
 
 

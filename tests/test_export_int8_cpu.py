@@ -5,9 +5,6 @@ import pytest
 
 from tfattn.export.int8_cpu import int8_is_faithful
 
-# Run again by .ci/run under tests/cpu_limits.AVX2_LIMITS.
-pytestmark = pytest.mark.cpu_sensitive
-
 AVX2_EPYC = {"sse4_1", "avx", "avx2", "fma"}
 AVX512_EPYC = AVX2_EPYC | {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}
 AMX_XEON = AVX512_EPYC | {"amx_tile", "amx_int8", "amx_bf16"}

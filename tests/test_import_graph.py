@@ -438,7 +438,7 @@ UNPREFIXED_TESTS = {
     "test_functional.py", "test_losses.py", "test_schedules.py",
     "test_docstrings.py", "test_readme.py", "test_import_graph.py",
     "test_bench_scripts.py", "test_cpu_limits.py", "test_backend_guard.py",
-    "test_reference_numpy.py",
+    "test_reference_numpy.py", "test_bounds.py",
 }
 
 

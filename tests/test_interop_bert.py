@@ -16,6 +16,7 @@ import pytest
 from scipy.special import erf
 
 from tests import bert_fixtures as fx
+from tests import bounds
 from tfattn.interop import bert
 from tfattn.interop.wordpiece_tokenizer import WordPieceTokenizer
 from tfattn.interop.wordpiece_tokenizer import to_bert_ids
@@ -29,6 +30,20 @@ SAMPLE = ["The quick brown fox jumps over the lazy dog.",
           "   hello   world  ", "", "unbelievable don't, we'll 1234 x=y+1",
           "[MASK] is there [SEP]", "zero\u200bwidth\u200d joiner\x00 ctl",
           "İstanbul ÅNGSTRÖM ﬁ"]
+
+# The batch's length (`_batch`) and the classifier's classes.
+LENGTH, CLASSES = 10, 3
+# To one encoder vector: the embeddings' layer norm (4·C), then the stack.
+ENCODER_TERMS = 4 * fx.WIDTH + bounds.stack_terms(
+    fx.LAYERS, fx.WIDTH, fx.FFN, LENGTH)
+# To one masked-LM logit: the encoder's terms, the head's Dense (C) and
+# layer norm (4·C), then the tied projection and the vocabulary.
+MLM_TERMS = 4 * fx.WIDTH + 5 * fx.WIDTH + bounds.stack_terms(
+    fx.LAYERS, fx.WIDTH, fx.FFN, LENGTH, len(fx.vocabulary()))
+# To one classifier logit: the encoder's terms, the pooler's Dense (C),
+# then the output layer over the classes.
+CLASSIFIER_TERMS = 4 * fx.WIDTH + fx.WIDTH + bounds.stack_terms(
+    fx.LAYERS, fx.WIDTH, fx.FFN, LENGTH, CLASSES)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +96,8 @@ def _hub(task, ids, segments, positions=None):
 def _assert_mlm_equal(ours, theirs, order):
     """tfattn's logit at id t is BERT's at order[t]; column 0 ([PAD],
     tfattn's padding, a zero row) is left out."""
-    np.testing.assert_allclose(ours[..., 1:], theirs[..., order][..., 1:],
-                               atol=1e-4)
+    bounds.assert_close(ours[..., 1:], theirs[..., order][..., 1:],
+                        terms=MLM_TERMS)
     assert np.abs(theirs).max() > 1.0  # not a vacuous comparison
 
 
@@ -120,8 +135,8 @@ def test_keras_hub_classifier_preset_gives_its_logits(source):
     assert isinstance(model, SequenceClassifier) and model.num_classes == 3
     ids, segments, _ = _batch()
     theirs = _hub(classifier, ids, segments)
-    np.testing.assert_allclose(_ours(model, tokenizer, ids, segments),
-                               theirs, atol=1e-4)
+    bounds.assert_close(_ours(model, tokenizer, ids, segments), theirs,
+                        terms=CLASSIFIER_TERMS)
     # The segment ids matter: all zeros gives other logits.
     assert np.abs(_ours(model, tokenizer, ids, 0 * segments)
                   - theirs).max() > 1e-2
@@ -141,20 +156,22 @@ def test_huggingface_masked_lm_equals_keras_hub_reading_it(source, which):
         "padding_mask": (ids != 0).astype("int32")})["sequence_output"])
     ours = np.asarray(model.text_encoder(
         to_tfattn_ids(ids, tokenizer.order), segment_ids=segments))
-    np.testing.assert_allclose(ours[ids != 0], vectors[ids != 0], atol=1e-4)
+    bounds.assert_close(ours[ids != 0], vectors[ids != 0],
+                        terms=ENCODER_TERMS)
     at = np.take_along_axis(vectors, positions[..., None], axis=1)
     theirs = _numpy_head(at, fx.hf_tensors(mlm), 1e-12, tokenizer.order)
-    np.testing.assert_allclose(
+    bounds.assert_close(
         _ours(model, tokenizer, ids, segments, positions)[..., 1:],
-        theirs[..., 1:], atol=1e-4)
+        theirs[..., 1:], terms=MLM_TERMS)
 
 
 def test_huggingface_classifier_equals_keras_hub(source):
     _, classifier, dirs = source
     model, tokenizer = bert.from_huggingface(dirs["hf_cls"])
     ids, segments, _ = _batch()
-    np.testing.assert_allclose(_ours(model, tokenizer, ids, segments),
-                               _hub(classifier, ids, segments), atol=1e-4)
+    bounds.assert_close(_ours(model, tokenizer, ids, segments),
+                        _hub(classifier, ids, segments),
+                        terms=CLASSIFIER_TERMS)
 
 
 def test_exact_gelu_checkpoints_use_the_exact_gelu(source, tmp_path):
@@ -214,9 +231,9 @@ def test_keras_hub_round_trip_is_exact_and_keras_hub_reads_it(
     theirs = cls.from_preset(str(tmp_path))
     ids, segments, positions = _batch()
     positions = positions if which == "mlm" else None
-    np.testing.assert_allclose(_hub(theirs, ids, segments, positions),
-                               _hub(task, ids, segments, positions),
-                               atol=1e-5)
+    bounds.assert_close(_hub(theirs, ids, segments, positions),
+                        _hub(task, ids, segments, positions),
+                        terms=(MLM_TERMS, CLASSIFIER_TERMS)[which == "cls"])
 
 
 def test_bert_model_reads_the_encoder_and_keeps_a_fresh_head(source,
@@ -353,8 +370,9 @@ def test_segment_embeddings_add_a_row_per_segment():
     encoder.encoder.call = lambda x, **kw: seen.append(np.asarray(x)) or x
     encoder(ids, segment_ids=segments)
     encoder(ids)
-    np.testing.assert_allclose(seen[0], expected, atol=1e-6)
-    np.testing.assert_allclose(seen[1], with_segments + table[0], atol=1e-6)
+    # Two elementwise sums: token + position, + segment.
+    bounds.assert_close(seen[0], expected, terms=2)
+    bounds.assert_close(seen[1], with_segments + table[0], terms=2)
 
 
 def test_encoder_epsilon_reaches_every_layer_norm():
@@ -367,10 +385,11 @@ def test_encoder_epsilon_reaches_every_layer_norm():
                 block.feed_forward_layer_norm.epsilon}
     assert epsilons == {1e-12}
     x = np.random.default_rng(0).normal(size=(2, 8)).astype("float32") * 1e-4
-    np.testing.assert_allclose(
+    bounds.assert_close(
         np.asarray(encoder.embedding_layer_norm(x)),
         _layer_norm(x, 1e-12) * encoder.embedding_layer_norm.gamma.numpy()
-        + encoder.embedding_layer_norm.beta.numpy(), atol=1e-4)
+        + encoder.embedding_layer_norm.beta.numpy(),
+        terms=4 * x.shape[-1] + 2)  # a layer norm over C, gamma and beta
     default = _tiny(normalize_embeddings=True)
     assert default.encoder_layer_norm_epsilon is None
     assert default.text_encoder.embedding_layer_norm.epsilon != 1e-12
@@ -384,7 +403,10 @@ def test_pooler_is_dense_tanh_on_the_first_token():
     pooled = np.tanh(vectors[:, 0] @ pooler.kernel.numpy()
                      + pooler.bias.numpy())
     expected = pooled @ out.kernel.numpy() + out.bias.numpy()
-    np.testing.assert_allclose(np.asarray(model(ids)), expected, atol=1e-5)
+    width = vectors.shape[-1]
+    # Two Dense layers over C; bias, tanh, bias.
+    bounds.assert_close(np.asarray(model(ids)), expected,
+                        terms=2 * width + 3)
     assert model.get_config()["pooling"] == "pooler"
 
 
@@ -401,7 +423,11 @@ def test_masked_lm_head_is_berts():
     table = model.token_embedding.embeddings.numpy().copy()
     table[0] = 0.0  # id 0 is padding: a zero row
     expected = y @ table.T + model.head_bias.numpy()
-    np.testing.assert_allclose(np.asarray(model(ids)), expected, atol=1e-4)
+    width = x.shape[-1]
+    # The Dense over C, its bias and the GELU (5 elementwise ops), the
+    # layer norm (4·C, gamma, beta), the projection over C and its bias.
+    bounds.assert_close(np.asarray(model(ids)), expected,
+                        terms=width + 6 + 4 * width + 2 + width + 1)
 
 
 def test_new_options_survive_get_config():

@@ -15,7 +15,9 @@ import keras
 import numpy as np
 import pytest
 
+from tests import bounds
 from tests import gpt2_fixtures as fx
+from tests.test_models_causal_lm import VOCAB
 from tests.test_models_causal_lm import tiny_lm
 from tests.test_models_causal_lm_references import _lm_params
 from tfattn.decoding import samplers
@@ -29,6 +31,18 @@ SAMPLE = ["The theatre in Berlin is there.", "Grüße aus Köln, Straße",
           "東京とソウル 你好，世界",
           "a  b\n\n  c\t\td   ", "   leading and trailing  ", "",
           "<|endoftext|>the end<|endoftext|>", "don't, we'll 1234 x=y+1"]
+
+
+def _gpt2_terms(length, vocab_size):
+    """To one logit of the fixtures' GPT-2 over `length` tokens: the stack,
+    its final layer norm (4·C), the tied projection and the vocabulary."""
+    return 4 * fx.WIDTH + bounds.stack_terms(
+        fx.LAYERS, fx.WIDTH, fx.FFN, length, vocab_size)
+
+
+# To one logit of `tiny_lm` (2 pre-norm layers, width 16, FFN 32) over
+# `_IDS`' 6 tokens: the stack, its final layer norm (4·C) and the vocabulary.
+TINY_TERMS = 4 * 16 + bounds.stack_terms(2, 16, 32, 6, VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +82,11 @@ def _ours(model, ids, n):
 def _assert_equal_logits(ours, theirs, n):
     """tfattn's logits at ids >= 3 are GPT-2's (id g at g + 4, e at 3);
     the added ids are masked."""
-    np.testing.assert_allclose(ours[..., 4:], theirs[..., :n - 1], atol=1e-4)
-    np.testing.assert_allclose(ours[..., 3], theirs[..., n - 1], atol=1e-4)
+    terms = _gpt2_terms(ours.shape[1], n)
+    bounds.assert_close(ours[..., 4:], theirs[..., :n - 1], terms=terms,
+                        scale=np.abs(theirs).max())
+    bounds.assert_close(ours[..., 3], theirs[..., n - 1], terms=terms,
+                        scale=np.abs(theirs).max())
     assert (ours[..., :3] == -1e9).all()
     assert np.abs(theirs).max() > 1.0  # not a vacuous comparison
 
@@ -226,8 +243,8 @@ def test_a_tfattn_model_exports_and_reads_back_equal(source, tmp_path):
     gpt2.to_huggingface(model, tokenizer, out)
     back, _ = gpt2.from_huggingface(out)
     ids = np.array([[2, 9, 40, 200, 3, 17]])
-    np.testing.assert_allclose(np.asarray(back(ids)), np.asarray(model(ids)),
-                               atol=1e-6)
+    bounds.assert_close(np.asarray(back(ids)), np.asarray(model(ids)),
+                        terms=_gpt2_terms(ids.shape[1], n))
 
 
 # --------------------------------------------------------------------------
@@ -313,8 +330,9 @@ def test_gelu_tanh_is_the_tanh_formula():
 
     x = np.linspace(-6, 6, 241).astype("float32")
     got = np.asarray(gelu_tanh(x))
-    np.testing.assert_allclose(got, _gelu_tanh(x.astype(np.float64)),
-                               atol=1e-6)
+    # 9 elementwise ops: x³ (2), · 0.044715, + x, · √(2/π), tanh, 1 +,
+    # · x, · 0.5.
+    bounds.assert_close(got, _gelu_tanh(x.astype(np.float64)), terms=9)
     assert np.abs(got - ref.gelu(x)).max() > 1e-4  # not the exact GELU
 
 
@@ -346,7 +364,7 @@ def test_option_equals_numpy_from_the_formula(option, reference):
     got, want = _check_forward(lm, _IDS, **dict(
         dict(activation=ref.relu), **reference))
     real = _IDS > 0
-    np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=1e-4)
+    bounds.assert_close(got[real], want[real], terms=TINY_TERMS)
     # Without the option the model is another one: the test can fail.
     _, other = _check_forward(lm, _IDS, activation=ref.relu)
     assert np.abs(other[real] - want[real]).max() > 1e-3
@@ -359,7 +377,7 @@ def test_bos_is_eos_reads_bos_as_eos():
     lm = tiny_lm(seed=11, bos_is_eos=True, **_GPT2_LAYOUT)
     got, want = _check_forward(lm, np.where(_IDS == 2, 3, _IDS))
     real = _IDS > 0
-    np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=1e-4)
+    bounds.assert_close(got[real], want[real], terms=TINY_TERMS)
     plain = tiny_lm(seed=11, **_GPT2_LAYOUT)
     plain.set_weights(lm.get_weights())
     assert np.abs(np.asarray(plain(_IDS)) - got)[real].max() > 1e-3
@@ -369,9 +387,10 @@ def test_masked_output_ids_mask_those_logits_everywhere():
     lm = tiny_lm(seed=11, masked_output_ids=[2, 1], **_GPT2_LAYOUT)
     assert lm.masked_output_ids == (1, 2)
     got, want = _check_forward(lm, _IDS)
-    np.testing.assert_allclose(got[..., 3:], want[..., 3:], atol=1e-4,
-                               rtol=1e-4)
-    np.testing.assert_allclose(got[..., 0], want[..., 0], atol=1e-4)
+    scale = np.abs(want[..., 3:]).max()
+    bounds.assert_close(got[..., 3:], want[..., 3:], terms=TINY_TERMS)
+    bounds.assert_close(got[..., 0], want[..., 0], terms=TINY_TERMS,
+                        scale=scale)
     assert (got[..., 1:3] == -1e9).all()
     ids, _ = lm.generate([[5, 6]], max_new_tokens=20, stop_token_ids=None,
                          sampler="random")

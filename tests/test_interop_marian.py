@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tfattn
+from tests import bounds
 from tests import marian_fixtures as fx
 from tests import reference_numpy_marian as ref
 from tfattn.decoding import samplers
@@ -44,18 +45,48 @@ def loaded(checkpoint):
     return marian.from_huggingface(checkpoint[0])
 
 
+def _marian_terms(config, length):
+    """To one logit of the checkpoint over `length` tokens: the encoder's
+    and the decoder's layers (a decoder layer's cross-attention counts as
+    a block of its own), the tied projection and the vocabulary."""
+    return bounds.stack_terms(
+        config["encoder_layers"] + 2 * config["decoder_layers"],
+        config["d_model"], config["encoder_ffn_dim"], length,
+        config["vocab_size"])
+
+
+def _assert_logits_equal_the_reference(model, tokenizer, weights, config,
+                                       **ref_kw):
+    """tfattn's teacher-forced logits against the NumPy reference's
+    (`fx.max_logit_difference`'s comparison) at the targets' real
+    positions."""
+    source_marian, source, _ = fx.id_batches(tokenizer, fx.SAMPLE[:4])
+    target_marian, target_in, lengths = fx.teacher_forced(
+        tokenizer, ["Die Katze läuft.", "Ein Hund!", "Größe", "Park"])
+    expected = ref.forward(weights, config, source_marian, target_marian,
+                           **ref_kw)
+    logits = np.asarray(model((source, target_in)))
+    ours = logits[..., tokenizer.vocabulary.tfattn_of_marian]
+    keep = np.arange(target_in.shape[1])[None, :] < lengths[:, None]
+    length = max(source.shape[1], target_in.shape[1])
+    bounds.assert_close(ours[keep], expected[keep],
+                        terms=_marian_terms(config, length))
+    assert np.abs(expected[keep]).max() > 1.0  # not a vacuous comparison
+
 
 # ----------------------------------------------------------------------
 # Model options, each on its own.
 
 @pytest.mark.parametrize("length, width", [(7, 32), (5, 7), (3, 2)])
 def test_sinusoid_halves_table_is_marians(length, width):
-    np.testing.assert_allclose(sinusoid_halves_table(length, width),
-                               ref.positions(length, width), atol=1e-7)
+    # Both float64 formulas, each rounded once to float32.
+    bounds.assert_close(sinusoid_halves_table(length, width),
+                        ref.positions(length, width), terms=1)
     layer = PositionalEncoding("sinusoid_halves", max_length=length)
     x = np.random.default_rng(1).normal(size=(2, length, width))
-    np.testing.assert_allclose(np.asarray(layer(x.astype("float32"))),
-                               x + ref.positions(length, width), atol=1e-6)
+    # x's rounding to float32, then the sum.
+    bounds.assert_close(np.asarray(layer(x.astype("float32"))),
+                        x + ref.positions(length, width), terms=2)
 
 
 def _variant(model, weights=None, **options):
@@ -79,9 +110,8 @@ def test_each_option_against_numpy(checkpoint, loaded, options,
     _, config, weights, _ = checkpoint
     model, tokenizer = loaded
     model = _variant(model, **options) if options else model
-    difference = fx.max_logit_difference(
+    _assert_logits_equal_the_reference(
         model, tokenizer, weights, dict(config, **config_change), **ref_kw)
-    assert difference < 1e-4
 
 
 def test_final_logits_bias_is_added_and_not_trained(loaded):
@@ -93,8 +123,10 @@ def test_final_logits_bias_is_added_and_not_trained(loaded):
     zero = np.asarray(_variant(model, final_logits_bias=False, weights=[
         w.numpy() for w in model.weights if w is not model.logits_bias])((
             fx.SOURCE, fx.TARGET_IN)))
-    np.testing.assert_allclose(with_bias - zero, np.broadcast_to(
-        bias, with_bias.shape), atol=1e-5)
+    # The same logits, with the bias added (1) and taken off again (1),
+    # each rounded at the logits' magnitude.
+    bounds.assert_close(with_bias - zero, np.broadcast_to(
+        bias, with_bias.shape), terms=2, scale=np.abs(with_bias).max())
 
 
 def test_suppress_bos_masks_the_start_token(loaded):
@@ -119,9 +151,11 @@ def test_options_round_trip_the_config(loaded, tmp_path):
         "sinusoid_halves", 1e-5, "silu", True, True, True)
     model.save(str(tmp_path / "marian.keras"))
     again = keras.saving.load_model(str(tmp_path / "marian.keras"))
-    np.testing.assert_allclose(np.asarray(again((fx.SOURCE, fx.TARGET_IN))),
-                               np.asarray(model((fx.SOURCE, fx.TARGET_IN))),
-                               atol=1e-6)
+    bounds.assert_close(np.asarray(again((fx.SOURCE, fx.TARGET_IN))),
+                        np.asarray(model((fx.SOURCE, fx.TARGET_IN))),
+                        terms=_marian_terms(dict(
+                            fx.CONFIG, vocab_size=model.source_vocab_size),
+                            fx.SOURCE.shape[1]))
 
 
 @pytest.mark.parametrize("name, value", [
@@ -198,8 +232,7 @@ def test_tokenizer_decodes_what_it_encodes(checkpoint, loaded):
 def test_logits_equal_the_numpy_reference(checkpoint, loaded):
     _, config, weights, _ = checkpoint
     model, tokenizer = loaded
-    difference = fx.max_logit_difference(model, tokenizer, weights, config)
-    assert difference < 1e-4, difference
+    _assert_logits_equal_the_reference(model, tokenizer, weights, config)
 
 
 def test_greedy_equals_the_numpy_greedy_loop(checkpoint, tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tfattn
+from tests import bounds
 from tests.harness import run_layer_test
 
 RNG = np.random.default_rng(7)
@@ -21,7 +22,8 @@ def _split(x, heads):
 
 def numpy_attention(layer, q, k, v, keep=None):
     """α = softmax(s(k, q)) over unmasked keys (0 where a row has none),
-    output Σ α v, per head, from the formulas and the layer's weights."""
+    output Σ α v, per head, from the formulas and the layer's weights.
+    Returns (output, α, the largest |score|: the logits' magnitude)."""
     heads = layer.num_heads
     single = q.ndim == 2
     if single:
@@ -42,6 +44,7 @@ def numpy_attention(layer, q, k, v, keep=None):
     else:  # bilinear: kᵀ W q
         w = layer.bilinear_kernel.numpy()
         s = np.einsum("bhkd,de,bhqe->bhqk", kh, w, qh)
+    logits = float(np.abs(s).max())
     if keep is not None:
         keep = np.broadcast_to(
             keep if keep.ndim == 3 else keep[:, None, :],
@@ -59,7 +62,31 @@ def numpy_attention(layer, q, k, v, keep=None):
         w = w[:, 0]
     if single:
         out, w = out[:, 0], w[..., 0, :]
-    return out, w
+    return out, w, logits
+
+
+def attention_terms(layer, q, k):
+    """`bounds.assert_close` terms of an `Attention` output: the score of
+    one (query, key) pair (a dot product over a head's width d; + 1 for the
+    scale; additive: a projection over the wider of d_q and d_k, the sum
+    and the tanh, then the score projection over `units`; bilinear: W q
+    over d_q, then the dot product over d_k), then the softmax and the
+    weighted sum over the T_k keys (2·T_k)."""
+    d_q = q.shape[-1] // layer.num_heads
+    d_k = k.shape[-1] // layer.num_heads
+    score = {
+        "dot": d_k,
+        "scaled_dot": d_k + 1,
+        "additive": max(d_q, d_k) + 2 + (layer.units or d_k),
+        "bilinear": d_q + d_k,
+    }[layer.score]
+    return score + 2 * k.shape[1]
+
+
+def _assert_differ(a, b, terms):
+    """Dropout moved the outputs by more than the bound of a comparison."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert np.abs(a - b).max() > bounds.bound(terms, np.abs(b).max())
 
 
 def _inputs(score, heads, key_value):
@@ -81,7 +108,6 @@ def _padding():
 @pytest.mark.parametrize("key_value", [False, True])
 @pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.cpu_sensitive
 def test_matches_numpy_from_the_formulas(
     score, heads, key_value, single, masked
 ):
@@ -91,12 +117,17 @@ def test_matches_numpy_from_the_formulas(
     keep = _padding() if masked else None
     layer = tfattn.Attention(score=score, num_heads=heads)
     out, w = layer(q, k, v, mask=keep, return_attention_scores=True)
-    want_out, want_w = numpy_attention(layer, q, k, k if v is None else v, keep)
+    want_out, want_w, logits = numpy_attention(
+        layer, q, k, k if v is None else v, keep
+    )
     assert out.shape == want_out.shape and w.shape == want_w.shape
-    np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(w, want_w, atol=1e-5, rtol=0)
-    # The weights sum to 1 over the unmasked keys, 0 on the masked ones.
-    np.testing.assert_allclose(np.sum(w, -1), 1.0, atol=1e-6)
+    terms = attention_terms(layer, q, k)
+    bounds.assert_close(out, want_out, terms=terms)
+    # Probabilities move by at most their logits' error.
+    bounds.assert_close(w, want_w, terms=terms, scale=max(1.0, logits))
+    # The weights sum to 1 over the unmasked keys, 0 on the masked ones:
+    # the softmax's sum, then this one, each over T_K.
+    bounds.assert_close(np.sum(w, -1), 1.0, terms=2 * T_K)
     if masked:
         assert np.all(np.asarray(w)[1, ..., 3:] == 0)
 
@@ -109,12 +140,12 @@ def test_attention_mask_of_rank_3_and_causality():
     causal = np.tril(np.ones((T_Q, T_Q), bool))
     layer = tfattn.Attention(causality=True)
     out, w = layer(q, k, mask=keep, return_attention_scores=True)
-    want_out, want_w = numpy_attention(layer, q, k, k, keep & causal)
-    np.testing.assert_allclose(out, want_out, atol=1e-5)
-    np.testing.assert_allclose(w, want_w, atol=1e-5)
+    want_out, want_w, logits = numpy_attention(layer, q, k, k, keep & causal)
+    terms = attention_terms(layer, q, k)
+    bounds.assert_close(out, want_out, terms=terms)
+    bounds.assert_close(w, want_w, terms=terms, scale=max(1.0, logits))
 
 
-@pytest.mark.cpu_sensitive
 def test_dot_equals_keras_attention():
     q, k, v = _inputs("dot", 1, True)
     keep = _padding()
@@ -124,8 +155,11 @@ def test_dot_equals_keras_attention():
     theirs, w_k = keras.layers.Attention(score_mode="dot", use_scale=False)(
         [q, v, k], mask=[None, keep], return_attention_scores=True
     )
-    np.testing.assert_allclose(ours, theirs, atol=1e-6)
-    np.testing.assert_allclose(w, w_k, atol=1e-6)
+    # The dot product over the width 8, the softmax and sum over T_K keys.
+    terms = k.shape[-1] + 2 * T_K
+    bounds.assert_close(ours, theirs, terms=terms)
+    logits = np.abs(np.einsum("bqc,bkc->bqk", q, k)).max()
+    bounds.assert_close(w, w_k, terms=terms, scale=max(1.0, logits))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -140,7 +174,8 @@ def test_fully_masked_query_gets_zero_weights_and_output(dtype):
     assert w.dtype == np.float32  # The softmax runs in float32.
     assert np.all(np.isfinite(out)) and np.all(np.isfinite(w))
     assert np.all(w[0, 1] == 0) and np.all(out[0, 1] == 0)
-    np.testing.assert_allclose(w[0, 0].sum(), 1.0, atol=1e-6)
+    # The float32 softmax's sum, then this one, each over T_K.
+    bounds.assert_close(w[0, 0].sum(), 1.0, terms=2 * T_K)
 
 
 def test_keras_implicit_key_mask_is_read():
@@ -154,7 +189,8 @@ def test_keras_implicit_key_mask_is_read():
     q = RNG.normal(size=(2, 8)).astype("float32")
     _, weights = model.predict([q, ids], verbose=0)
     np.testing.assert_array_equal(weights[ids == 0], 0)
-    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+    # The softmax's sum, then this one, each over the ids' length.
+    bounds.assert_close(weights.sum(-1), 1.0, terms=2 * ids.shape[1])
 
 
 @pytest.mark.slow
@@ -194,8 +230,11 @@ def test_weights_are_public_and_named():
 def test_dropout_only_in_training():
     q, k, _ = _inputs("scaled_dot", 1, False)
     layer = tfattn.Attention(dropout_rate=0.5, seed=3)
-    np.testing.assert_allclose(layer(q, k), layer(q, k, training=False))
-    assert not np.allclose(layer(q, k, training=True), layer(q, k))
+    # No dropout either way: the same kernels on the same inputs.
+    np.testing.assert_array_equal(layer(q, k), layer(q, k, training=False))
+    _assert_differ(
+        layer(q, k, training=True), layer(q, k), attention_terms(layer, q, k)
+    )
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests import bounds
 from tests.harness import SETUPS
 from tests.harness import CONTRACT_SETUPS
 from tests.harness import run_layer_test
@@ -20,6 +21,14 @@ from tests.test_layers_decoder_block import keras_hub_decoder
 from tests.harness import randomize_weights as _randomize
 
 B, T, S, C, H, F, N = 2, 5, 6, 8, 2, 16, 2
+
+
+def _terms(cross=True):
+    """`bounds.stack_terms` of the N-block stack's output: a block's
+    cross-attention counts as one more block, its keys the memory's S."""
+    if cross:
+        return bounds.stack_terms(2 * N, C, F, max(T, S))
+    return bounds.stack_terms(N, C, F, T)
 
 
 def _inputs(seed=0, length=T, width=C):
@@ -187,7 +196,7 @@ def test_paper_matches_keras_hub_stack(normalize_first, cross):
         )
     else:
         got = decoder(x, padding_mask=keep)
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=_terms(cross))
 
 
 # --------------------------------------------------------------------------
@@ -205,7 +214,7 @@ def test_future_positions_do_not_leak(flavor, normalize_first):
             size=changed[:, t + 1 :].shape
         )
         out = np.asarray(decoder(changed, memory))
-        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6)
+        bounds.assert_close(out[:, : t + 1], base[:, : t + 1], terms=_terms())
         assert np.abs(out[:, t + 1 :] - base[:, t + 1 :]).max() > 1e-3
 
 
@@ -233,8 +242,8 @@ def test_cached_steps_equal_the_full_pass(flavor, normalize_first, cross):
         out, cache = decoder(
             x[:, t : t + 1], cache=cache, cache_index=tf.constant(t)
         )
-        np.testing.assert_allclose(
-            np.asarray(out)[:, 0], np.asarray(full)[:, t], atol=1e-5, rtol=0
+        bounds.assert_close(
+            np.asarray(out)[:, 0], np.asarray(full)[:, t], terms=_terms(cross)
         )
 
 
@@ -250,7 +259,7 @@ def test_cached_steps_under_tf_function_trace_once():
     cache = decoder.init_cache(B, T, memory)
     for t in range(T):
         out, cache = step(x[:, t : t + 1], cache, tf.constant(t))
-        np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)
+        bounds.assert_close(np.asarray(out)[:, 0], full[:, t], terms=_terms())
     assert step.experimental_get_tracing_count() == 1
 
 

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests import bounds
 from tests import reference_numpy as ref
 from tests.harness import SETUPS
 from tests.harness import CONTRACT_SETUPS
@@ -24,6 +25,14 @@ from tests.harness import ffn_numpy as _ffn
 from tests.harness import attention_params as _reference_params
 
 B, T, S, C, H, F = 2, 5, 6, 8, 2, 16
+
+
+def _terms(cross=True):
+    """`bounds.stack_terms` of one block's output: its cross-attention
+    counts as a second block, its keys the memory's S."""
+    if cross:
+        return bounds.stack_terms(2, C, F, max(T, S))
+    return bounds.stack_terms(1, C, F, T)
 
 
 def _inputs(seed=0, length=T):
@@ -170,7 +179,7 @@ def test_reference_2019_matches_numpy_composition():
         *_ln(block.feed_forward_layer_norm),
         epsilon=1e-8,
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=_terms())
 
 
 def test_reference_2017_matches_numpy_composition():
@@ -189,7 +198,7 @@ def test_reference_2017_matches_numpy_composition():
         *_ln(block.feed_forward_layer_norm),
         epsilon=1e-8,
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=_terms())
 
 
 def keras_hub_decoder(block):
@@ -238,10 +247,8 @@ def test_paper_matches_keras_hub_transformer_decoder(normalize_first):
     want = twin(
         x, memory, decoder_padding_mask=keep, encoder_padding_mask=memory_keep
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(
-        block(x, memory), twin(x, memory), atol=1e-5, rtol=0
-    )
+    bounds.assert_close(got, want, terms=_terms())
+    bounds.assert_close(block(x, memory), twin(x, memory), terms=_terms())
 
 
 def _paper_params(attention):
@@ -290,14 +297,14 @@ def test_paper_matches_numpy_composition():
         *_ln(block.feed_forward_layer_norm),
         epsilon=1e-6,
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=_terms())
 
 
 def test_paper_gpt_style_matches_keras_hub_decoder_without_encoder():
     x = _inputs()
     block = _block("paper", cross=False)
     twin = keras_hub_decoder(block)
-    np.testing.assert_allclose(block(x), twin(x), atol=1e-5, rtol=0)
+    bounds.assert_close(block(x), twin(x), terms=_terms(cross=False))
 
 
 # --------------------------------------------------------------------------
@@ -321,7 +328,9 @@ def test_future_positions_do_not_leak(flavor, normalize_first, cross):
             size=changed[:, t + 1 :].shape
         )
         out = run(changed)
-        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6)
+        bounds.assert_close(
+            out[:, : t + 1], base[:, : t + 1], terms=_terms(cross)
+        )
         assert np.abs(out[:, t + 1 :] - base[:, t + 1 :]).max() > 1e-3
 
 
@@ -352,8 +361,8 @@ def test_cached_steps_equal_the_full_pass(flavor, normalize_first, cross):
             cache=cache,
             cache_index=tf.constant(t),
         )
-        np.testing.assert_allclose(
-            np.asarray(out)[:, 0], np.asarray(full)[:, t], atol=1e-5, rtol=0
+        bounds.assert_close(
+            np.asarray(out)[:, 0], np.asarray(full)[:, t], terms=_terms(cross)
         )
     assert tuple(cache["self"]["key"].shape) == (B, H, T + 2, C // H)
 
@@ -479,7 +488,7 @@ def test_keras_hub_mask_arguments():
         decoder_attention_mask=self_mask,
         encoder_attention_mask=cross_mask,
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=_terms())
     plain = block(x, memory, padding_mask=keep, memory_padding_mask=memory_keep)
     assert np.abs(np.asarray(got) - np.asarray(plain)).max() > 1e-3
     with pytest.raises(
@@ -528,7 +537,7 @@ def test_porting_from_keras_hub_and_back(cross, normalize_first):
             ours(x, padding_mask=keep),
             theirs(x, decoder_padding_mask=keep),
         )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    bounds.assert_close(got, want, terms=_terms(cross))
     back = tfattn.interop.to_keras_hub(ours)
     for a, b in zip(back.get_weights(), theirs.get_weights()):
         np.testing.assert_array_equal(a, b)
@@ -540,11 +549,10 @@ def test_porting_from_keras_hub_and_back(cross, normalize_first):
     for w in encoder.weights:
         w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
     mine = tfattn.interop.from_keras_hub(encoder)
-    np.testing.assert_allclose(
+    bounds.assert_close(
         mine(x, padding_mask=keep),
         encoder(x, padding_mask=keep),
-        atol=1e-5,
-        rtol=1e-5,
+        terms=_terms(cross=False),
     )
     for a, b in zip(
         tfattn.interop.to_keras_hub(mine).get_weights(), encoder.get_weights()

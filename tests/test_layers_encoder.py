@@ -12,6 +12,7 @@ import pytest
 from keras import ops
 
 import tfattn
+from tests import bounds
 from tests import reference_numpy as ref
 from tests.harness import SETUPS
 from tests.harness import CONTRACT_SETUPS
@@ -23,6 +24,8 @@ from tests.harness import dense_params as _dense
 from tests.harness import norm_params as _ln
 
 B, T, C, H, F, N = 2, 5, 8, 2, 16, 2
+# The N-block stack's output (tests/bounds.py), its keys the T positions.
+TERMS = bounds.stack_terms(N, C, F, T)
 
 
 def _inputs(seed=0, length=T, zero_rows=False):
@@ -149,7 +152,7 @@ def test_paper_matches_keras_hub_stack(normalize_first):
         final.set_weights(_ln(encoder.final_layer_norm))
         want = final(want)
     got = encoder(x, padding_mask=keep)
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=TERMS)
 
 
 def test_pre_norm_output_is_layer_normalised():
@@ -159,8 +162,16 @@ def test_pre_norm_output_is_layer_normalised():
         [np.ones(C, "float32"), np.zeros(C, "float32")]
     )
     out = np.asarray(encoder(x))
-    np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-5)
-    np.testing.assert_allclose(out.std(-1), 1.0, atol=1e-3)
+    # Whatever the stack's rounding, the final layer norm (4·C) centres and
+    # scales its output; then a mean over C of values of out's magnitude.
+    bounds.assert_close(
+        out.mean(-1), 0.0, terms=4 * C + C, scale=np.abs(out).max()
+    )
+    # The layer norm, then the mean and the variance over C (a sum of
+    # squares of out) and the square root.
+    bounds.assert_close(
+        out.std(-1), 1.0, terms=4 * C + 2 * C + 1, scale=np.abs(out).max() ** 2
+    )
     last_block = np.asarray(encoder.blocks[1](encoder.blocks[0](x)))
     assert np.abs(last_block.std(-1) - 1.0).max() > 0.1
 
@@ -192,9 +203,7 @@ def test_reference_2019_matches_numpy_stack():
     want = x
     for block in encoder.blocks:
         want = _numpy_2019_block(want, keep, block)
-    np.testing.assert_allclose(
-        encoder(x, padding_mask=keep), want, atol=1e-5, rtol=0
-    )
+    bounds.assert_close(encoder(x, padding_mask=keep), want, terms=TERMS)
 
 
 # --------------------------------------------------------------------------
@@ -226,7 +235,9 @@ def test_padding_does_not_change_real_positions(flavor, normalize_first):
     keep[:, T:] = False
     encoder = _encoder(flavor, normalize_first)
     got = np.asarray(encoder(padded, padding_mask=keep))[:, :T]
-    np.testing.assert_allclose(got, encoder(x), atol=1e-5, rtol=0)
+    # The padded stack sums over T + 3 keys.
+    terms = bounds.stack_terms(N, C, F, T + 3)
+    bounds.assert_close(got, encoder(x), terms=terms)
 
 
 @pytest.mark.slow

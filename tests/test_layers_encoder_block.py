@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tfattn
+from tests import bounds
 from tests import reference_numpy as ref
 from tests.harness import SETUPS
 from tests.harness import CONTRACT_SETUPS
@@ -24,6 +25,8 @@ from tests.harness import ffn_numpy as _ffn
 from tests.harness import attention_params as _reference_params
 
 B, T, C, H, F = 2, 5, 8, 2, 16
+# One block's output (tests/bounds.py), its keys the T positions.
+TERMS = bounds.stack_terms(1, C, F, T)
 
 
 def _inputs(seed=0, length=T, zero_rows=False):
@@ -136,7 +139,7 @@ def test_reference_2019_matches_numpy_composition():
         *_ln(block.feed_forward_layer_norm),
         epsilon=1e-8,
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=TERMS)
     assert block.feed_forward_layer_norm.epsilon == 1e-8
 
 
@@ -152,7 +155,7 @@ def test_reference_2017_matches_numpy_composition():
         *_ln(block.feed_forward_layer_norm),
         epsilon=1e-8,
     )
-    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    bounds.assert_close(got, want, terms=TERMS)
 
 
 def keras_hub_encoder(block):
@@ -187,13 +190,10 @@ def test_paper_matches_keras_hub_transformer_encoder(normalize_first):
     block = _block("paper", normalize_first)
     assert block.self_attention_layer_norm.epsilon == 1e-6  # paper default
     twin = keras_hub_encoder(block)
-    np.testing.assert_allclose(
-        block(x, padding_mask=keep),
-        twin(x, padding_mask=keep),
-        atol=1e-5,
-        rtol=0,
+    bounds.assert_close(
+        block(x, padding_mask=keep), twin(x, padding_mask=keep), terms=TERMS
     )
-    np.testing.assert_allclose(block(x), twin(x), atol=1e-5, rtol=0)
+    bounds.assert_close(block(x), twin(x), terms=TERMS)
     # The padding mask matters.
     diff = np.abs(
         np.asarray(block(x, padding_mask=keep)) - np.asarray(block(x))
@@ -231,9 +231,7 @@ def test_paper_matches_numpy_composition():
         *_ln(block.feed_forward_layer_norm),
         epsilon=1e-6,
     )
-    np.testing.assert_allclose(
-        block(x, padding_mask=keep), want, atol=1e-5, rtol=0
-    )
+    bounds.assert_close(block(x, padding_mask=keep), want, terms=TERMS)
 
 
 # --------------------------------------------------------------------------
@@ -255,8 +253,8 @@ def test_reference_flavours_have_no_residual_dropout(flavor):
     # only, so with attention dropout off, training changes nothing.
     x = _inputs(zero_rows=flavor == "reference_2017")
     block = _block(flavor, x=x, dropout_rate=0.5, attention_dropout_rate=0.0)
-    np.testing.assert_allclose(
-        block(x, training=True), block(x, training=False), atol=1e-6
+    bounds.assert_close(
+        block(x, training=True), block(x, training=False), terms=TERMS
     )
     assert block.self_attention.dropout_rate == 0.0
 
@@ -267,7 +265,7 @@ def test_paper_residual_dropout_acts_only_when_training():
         "paper", dropout_rate=0.5, attention_dropout_rate=0.0, seed=3
     )
     assert block.self_attention.dropout_rate == 0.0
-    np.testing.assert_allclose(block(x), block(x, training=False), atol=1e-6)
+    bounds.assert_close(block(x), block(x, training=False), terms=TERMS)
     assert (
         np.abs(
             np.asarray(block(x, training=True))
@@ -298,7 +296,9 @@ def test_padding_does_not_change_real_positions(flavor, normalize_first):
         got, want = block(padded), block(x)
     else:
         got, want = block(padded, padding_mask=keep), block(x)
-    np.testing.assert_allclose(np.asarray(got)[:, :T], want, atol=1e-5, rtol=0)
+    # The padded block sums over T + 2 keys.
+    terms = bounds.stack_terms(1, C, F, T + 2)
+    bounds.assert_close(np.asarray(got)[:, :T], want, terms=terms)
 
 
 # --------------------------------------------------------------------------
@@ -350,8 +350,8 @@ def test_keras_mask_from_embedding_is_used_by_the_paper_flavour():
     embed = keras.layers.Embedding(12, C, mask_zero=True)
     masked = block(embed(ids))
     explicit = block(embed(ids), padding_mask=ids != 0)
-    np.testing.assert_allclose(
-        np.asarray(masked)[0, :3], np.asarray(explicit)[0, :3], atol=1e-6
+    bounds.assert_close(
+        np.asarray(masked)[0, :3], np.asarray(explicit)[0, :3], terms=TERMS
     )
 
 
@@ -409,11 +409,10 @@ def test_attention_mask_as_keras_hub():
         > 0.3
     )
     attend[..., 0] = True
-    np.testing.assert_allclose(
+    bounds.assert_close(
         block(x, padding_mask=keep, attention_mask=attend),
         twin(x, padding_mask=keep, attention_mask=attend),
-        atol=1e-5,
-        rtol=0,
+        terms=TERMS,
     )
     assert (
         np.abs(

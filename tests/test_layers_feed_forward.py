@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import bounds
 from tests.harness import run_layer_test
 from tests.harness import assert_keras_file_round_trip
 from tfattn.layers.feed_forward import FeedForward
 from tfattn.layers.token_embedding import TokenEmbedding
 
 B, T, C, F = 2, 5, 8, 12
+# The network's chain: the inner Dense over C, its bias and activation, the
+# outer Dense over F and its bias.
+TERMS = C + 2 + F + 1
 
 
 def _inputs(seed=0, width=C):
@@ -99,9 +103,7 @@ def test_sublayers_and_initializers():
 def test_matches_numpy_relu_ffn():
     x = _inputs()
     layer = _built(x)
-    np.testing.assert_allclose(
-        layer(x), _numpy_ffn(layer, x), rtol=1e-5, atol=1e-5
-    )
+    bounds.assert_close(layer(x), _numpy_ffn(layer, x), terms=TERMS)
 
 
 def test_custom_activation_and_output_width():
@@ -109,9 +111,7 @@ def test_custom_activation_and_output_width():
     layer = _built(x, activation="tanh", num_units=3)
     out = layer(x)
     assert out.shape == (B, T, 3)
-    np.testing.assert_allclose(
-        out, _numpy_ffn(layer, x, np.tanh), rtol=1e-5, atol=1e-5
-    )
+    bounds.assert_close(out, _numpy_ffn(layer, x, np.tanh), terms=TERMS)
 
 
 def test_no_residual_or_norm_inside():
@@ -126,10 +126,8 @@ def test_dropout_acts_only_when_training():
     x = _inputs()
     layer = _built(x, dropout_rate=0.5, seed=7)
     want = _numpy_ffn(layer, x)
-    np.testing.assert_allclose(layer(x), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(
-        layer(x, training=False), want, rtol=1e-5, atol=1e-5
-    )
+    bounds.assert_close(layer(x), want, terms=TERMS)
+    bounds.assert_close(layer(x, training=False), want, terms=TERMS)
     assert np.abs(np.asarray(layer(x, training=True)) - want).max() > 1e-3
 
 
@@ -155,7 +153,7 @@ def test_jit_compile_equals_eager():
     x = _inputs()
     layer = _built(x)
     fn = tf.function(lambda a: layer(a), jit_compile=True)
-    np.testing.assert_allclose(fn(x), layer(x), atol=1e-5)
+    bounds.assert_close(fn(x), layer(x), terms=TERMS)
 
 
 # --------------------------------------------------------------------------

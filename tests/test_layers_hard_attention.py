@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests import bounds
 from tests.harness import run_layer_test
 from tfattn.losses import reinforce_loss
 
@@ -33,15 +34,23 @@ def test_max_returns_exactly_the_value_row_at_the_argmax():
     np.testing.assert_array_equal(
         out, np.take_along_axis(v, want_index[..., None], 1)
     )
-    np.testing.assert_allclose(w, _softmax(scores), atol=1e-6)
-    np.testing.assert_allclose(
+    # The dot product over the width, then the softmax's sum over the keys
+    # and its division (or the log); probabilities and their logs move by
+    # at most the logits' error.
+    width, keys = q.shape[-1], k.shape[1]
+    logits = max(1.0, np.abs(scores).max())
+    bounds.assert_close(
+        w, _softmax(scores), terms=width + keys + 1, scale=logits
+    )
+    bounds.assert_close(
         log_prob,
         np.log(
             np.take_along_axis(_softmax(scores), want_index[..., None], -1)[
                 ..., 0
             ]
         ),
-        atol=1e-5,
+        terms=width + keys + 1,
+        scale=logits,
     )
 
 
@@ -59,7 +68,7 @@ def test_sample_follows_alpha_and_is_reproducible():
     alpha = np.asarray(w)[0]
     assert alpha[2] == 0
     frequencies = np.bincount(index, minlength=5) / draws
-    np.testing.assert_allclose(frequencies, alpha, atol=0.03)
+    bounds.assert_sampled(frequencies, alpha, draws)
     np.testing.assert_array_equal(out, k[np.arange(draws), index])
     again = tfattn.HardAttention(selection="sample", seed=5)
     np.testing.assert_array_equal(
@@ -112,13 +121,20 @@ def test_reinforce_surrogate_gradient_is_the_exact_gradient_on_average():
 def test_reinforce_loss_values():
     log_prob = np.log(np.array([0.5, 0.25], "float32"))
     loss = reinforce_loss(log_prob, np.array([1.0, 3.0]), baseline=1.0)
-    np.testing.assert_allclose(
-        float(loss), -(0 * log_prob[0] + 2 * log_prob[1]) / 2
+    # The advantage, its product with log π, the mean over the 2 choices;
+    # the terms summed are (reward - baseline)·log π.
+    terms = 2 + len(log_prob)
+    bounds.assert_close(
+        float(loss),
+        -(0 * log_prob[0] + 2 * log_prob[1]) / 2,
+        terms=terms,
+        scale=np.abs(2 * log_prob).max(),
     )
-    np.testing.assert_allclose(
+    bounds.assert_close(
         float(reinforce_loss(log_prob, 2.0)),
         -np.mean(2.0 * log_prob),
-        rtol=1e-6,
+        terms=terms,
+        scale=np.abs(2 * log_prob).max(),
     )
 
 

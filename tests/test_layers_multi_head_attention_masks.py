@@ -5,12 +5,14 @@ same `attention_mask`, and `attention_mask` shapes broadcast as Keras's
 import numpy as np
 import pytest
 
+from tests import bounds
 from tests.mha_helpers import B
 from tests.mha_helpers import H
 from tests.mha_helpers import T
 from tests.mha_helpers import built_layer
 from tests.mha_helpers import keras_twin
 from tests.mha_helpers import make_inputs
+from tests.mha_helpers import mha_terms
 from tfattn.layers.attention_flavors import FLAVORS
 
 
@@ -25,7 +27,9 @@ def test_padding_mask_equals_the_same_attention_mask(flavor):
     via_attention = layer(
         x, memory, attention_mask=np.broadcast_to(keep[:, None, :], (B, T, 7))
     )
-    np.testing.assert_allclose(via_padding, via_attention, atol=1e-5)
+    bounds.assert_close(
+        via_padding, via_attention, terms=mha_terms(layer, x, memory)
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,7 +44,6 @@ def test_padding_mask_equals_the_same_attention_mask(flavor):
         (B, H, T, T),
     ],
 )
-@pytest.mark.cpu_sensitive
 def test_attention_masks_broadcast_as_in_keras(shape):
     """Rank 2, 3 and 4 masks with 1 for the batch or head axis: the output
     equals the one of the mask expanded to [B, H, T_q, T_k] by NumPy, and
@@ -62,7 +65,7 @@ def test_attention_masks_broadcast_as_in_keras(shape):
     if len(shape) < 4 or shape[1] == 1:
         keras_mask = mask if len(shape) < 4 else mask[:, 0]
         want = keras_twin(ours)(x, memory, attention_mask=keras_mask)
-        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+        bounds.assert_close(got, want, terms=mha_terms(ours, x, memory))
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,10 @@ formulas (tests/reference_numpy.py, or the closed forms written below),
 never with tfattn's own code; gradients are taken by the running backend's
 own autodiff (`_gradients`).
 
-Tolerances: float32 sums of n terms taken in two orders differ by about
-n · EPS relative to the sum of the terms' magnitudes (EPS = float32's
-machine epsilon, tests/harness.py). Each bound below is n · EPS times the
-magnitude it applies to, with n the reduction lengths summed along the
-computation, times a safety factor said where used.
+Bounds: tests/bounds.py's n · ε · S, with n the reduction lengths summed
+along the computation (each count said where used) and S the magnitude of
+the terms summed (the outputs' by default; the logits' for weights and
+probabilities computed from them).
 """
 
 import keras
@@ -20,8 +19,8 @@ import numpy as np
 import pytest
 from keras import ops
 
+from tests import bounds
 from tests import reference_numpy as ref
-from tests.harness import FLOAT32_EPS as EPS
 from tests.harness import assert_keras_file_round_trip
 from tests.harness import attention_params
 from tests.harness import ffn_numpy
@@ -46,10 +45,13 @@ FLAVORS = list(attention_flavors.FLAVORS)
 SETUPS = [("paper", False), ("paper", True), ("reference_2017", False),
           ("reference_2019", False)]
 # Attention's reductions: the projections (C terms), the scores (d), the
-# weighted sum (T_k), the reference flavours' layer norm (C again); the
-# factor 8 covers exp() turning an absolute score error into a relative
-# weight error, with scores of magnitude up to about 8 here.
-ATTENTION_TERMS = 8 * (C + D + T + C)
+# softmax and the weighted sum (2 T_k), then the paper's output projection
+# (C) or the reference flavours' residual layer norm (4 C, the larger).
+ATTENTION_TERMS = C + D + 2 * T + 4 * C
+# The weights: the projections, the scores and the softmax's sum.
+WEIGHT_TERMS = C + D + T
+# x + table: the table's rounding to float32 and the sum with x.
+PE_TERMS = 2
 
 
 def _np(x):
@@ -107,6 +109,21 @@ def _gradients(fn, *args):
     pytest.skip(f"no autodiff on the {BACKEND} backend")
 
 
+def _logits_magnitude(layer, queries, keys):
+    """The scale of attention weights: the largest sum of the score terms'
+    magnitudes, max over heads of sum_d |q_d k_d| / sqrt(d) (the logits
+    the weights come from; |.| bounds the 2017 flavour's ReLU too)."""
+    params = attention_params(layer)
+
+    def heads(x, name):
+        bias = params.get("b" + name)
+        y = np.abs(x @ params["w" + name] + (0.0 if bias is None else bias))
+        return y.reshape(y.shape[0], y.shape[1], H, D)
+
+    return float(np.einsum("bqhd,bkhd->bhqk", heads(queries, "q"),
+                           heads(keys, "k")).max() / np.sqrt(D))
+
+
 def _softmax64(z):
     z = np.asarray(z, np.float64)
     e = np.exp(z - z.max(-1, keepdims=True))
@@ -151,12 +168,10 @@ def test_multi_head_attention_equals_numpy(flavor, masks):
     out, weights = layer(x, return_attention_scores=True, **call)
     want, want_weights = _numpy_attention(
         layer, x, x, keep if "padding" in masks else None, causality)
-    np.testing.assert_allclose(
-        _np(out), want, rtol=0,
-        atol=ATTENTION_TERMS * EPS * np.abs(want).max())
-    # Weights are at most 1: the bound of the scores' reductions alone.
-    np.testing.assert_allclose(_np(weights), want_weights, rtol=0,
-                               atol=8 * (C + D) * EPS)
+    bounds.assert_close(_np(out), want, terms=ATTENTION_TERMS)
+    # A weight moves by at most its logits' error.
+    bounds.assert_close(_np(weights), want_weights, terms=WEIGHT_TERMS,
+                        scale=_logits_magnitude(layer, x, x))
 
 
 # --------------------------------------------------------------------------
@@ -190,21 +205,21 @@ def test_layer_normalization_forward_and_gradient_equal_numpy():
     layer.gamma.assign(gamma)
     layer.beta.assign(beta)
     want = ref.layer_norm(x, gamma, beta, epsilon)
-    # Mean and variance reduce C terms, times |γ|·|n| at most about 3|γ|.
-    tol = 4 * C * EPS * 3 * np.abs(gamma).max()
-    np.testing.assert_allclose(_np(layer(x)), want, rtol=0, atol=tol)
+    # Mean and variance, each a sum of C terms, twice.
+    bounds.assert_close(_np(layer(x)), want, terms=4 * C)
 
     def loss(x, gamma, beta):
         y = normalization.layer_normalization(x, gamma, beta, epsilon)
         return ops.sum(y * dy)
 
     got = _gradients(loss, x, gamma, beta)
+    # The forward norm (4 C), then dx's two means over C (2 C) or dγ's and
+    # dβ's sums over the rows.
+    rows = x.size // C
+    terms = 4 * C + max(2 * C, rows)
     for name, g, w in zip(("x", "gamma", "beta"), got,
                           _numpy_layer_norm_gradients(x, gamma, dy, epsilon)):
-        # dγ and dβ sum over the 12 rows; dx's means reduce C terms, scaled
-        # by 1/std and |γ·dy|.
-        bound = 4 * (12 + C) * EPS * np.abs(w).max()
-        np.testing.assert_allclose(g, w, rtol=0, atol=bound, err_msg=name)
+        bounds.assert_close(g, w, terms=terms, err_msg=name)
 
 
 def test_layer_normalization_bfloat16_in_and_out():
@@ -215,9 +230,9 @@ def test_layer_normalization_bfloat16_in_and_out():
     assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
     want = ref.layer_norm(_np(ops.cast(ops.cast(x, "bfloat16"), "float32")),
                           np.ones(C), np.zeros(C), 1e-6)
-    # bfloat16 keeps 8 significant bits: one rounding of the output.
-    np.testing.assert_allclose(_np(ops.cast(y, "float32")), want, rtol=2**-8,
-                               atol=2**-8)
+    # Computed in float32: one rounding of each output to bfloat16.
+    bounds.assert_close(_np(ops.cast(y, "float32")), want, terms=1,
+                        scale=np.abs(want), dtype="bfloat16")
 
 
 # --------------------------------------------------------------------------
@@ -232,24 +247,31 @@ def test_label_smoothed_loss_and_gradient_equal_numpy():
     epsilon = 0.1
     got = losses.smoothed_cross_entropy(labels, logits, epsilon=epsilon)
     want = ref.smoothed_cross_entropy(logits, labels, epsilon=epsilon)
+    keep = (labels != 0)[..., None]
+    # The terms: log-probabilities of the kept tokens.
+    log_probs = np.abs(np.log(_softmax64(logits)) * keep).max()
     # A log-softmax over V logits per token, then a sum over B·T tokens.
-    np.testing.assert_allclose(float(_np(got)), want,
-                               rtol=(B * T + V) * EPS)
+    bounds.assert_close(float(_np(got)), want, terms=V + B * T,
+                        scale=log_probs)
 
     (grad,) = _gradients(
         lambda z: losses.smoothed_cross_entropy(labels, z, epsilon=epsilon),
         logits)
-    keep = (labels != 0)[..., None]
     y_s = (1 - epsilon) * np.eye(V)[labels] + epsilon / V
     want_grad = (_softmax64(logits) - y_s) * keep / keep.sum()
-    np.testing.assert_allclose(grad, want_grad, rtol=0,
-                               atol=(V + B * T) * EPS / keep.sum())
+    # softmax - y_s over V, divided by the token count: a probability moves
+    # by at most its logits' error (logits' magnitude / the count).
+    bounds.assert_close(grad, want_grad, terms=V + 2,
+                        scale=np.abs(logits).max() / keep.sum())
 
     other = (rng.normal(size=logits.shape) * 3).astype("float32")
     kl = losses.symmetric_kl_sum(labels, logits, other)
-    np.testing.assert_allclose(
+    # Two log-softmaxes over V, the KL's sum over V, the sum over B·T
+    # tokens; its terms: log-probabilities, summed over the kept tokens.
+    log_q = np.abs(np.log(_softmax64(other)) * keep).max()
+    bounds.assert_close(
         float(_np(kl)), ref.symmetric_kl_sum(logits, other, labels),
-        rtol=(B * T + V) * EPS * 8)  # 8: log-softmaxes of magnitude ~8
+        terms=2 * V + B * T, scale=keep.sum() * max(log_probs, log_q))
 
 
 # --------------------------------------------------------------------------
@@ -296,23 +318,22 @@ def test_dropout_layer_is_deterministic_given_its_seed():
 def test_positional_encoding_tables(kind, table):
     layer = PositionalEncoding(kind=kind, max_length=10)
     zeros = np.zeros((1, 10, C), "float32")
-    np.testing.assert_allclose(_np(layer(zeros))[0], table(10, C), rtol=0,
-                               atol=1e-7)
+    bounds.assert_close(_np(layer(zeros))[0], table(10, C), terms=PE_TERMS)
     x, _ = _inputs()
     full = _np(layer(x))
     start = ops.convert_to_tensor(np.int32(3))
-    np.testing.assert_allclose(_np(layer(x[:, 3:4], start_index=start)),
-                               full[:, 3:4], rtol=0, atol=1e-6)
-    np.testing.assert_allclose(_np(layer(x[:, 3:], start_index=3)),
-                               full[:, 3:], rtol=0, atol=1e-6)
+    bounds.assert_close(_np(layer(x[:, 3:4], start_index=start)),
+                        full[:, 3:4], terms=PE_TERMS)
+    bounds.assert_close(_np(layer(x[:, 3:], start_index=3)),
+                        full[:, 3:], terms=PE_TERMS)
 
 
 def test_positional_encoding_padding_mode_and_too_long_inputs():
     x, _ = _inputs()
     layer = PositionalEncoding(max_length=6, padding_mode="reference_2019")
     pe = ref.sinusoid_2019(6, C)[:T]
-    np.testing.assert_allclose(_np(layer(x)), x + np.where(x == 0, 0, pe),
-                               rtol=0, atol=1e-6)
+    bounds.assert_close(_np(layer(x)), x + np.where(x == 0, 0, pe),
+                        terms=PE_TERMS)
     with pytest.raises(ValueError, match="max_length=6"):
         layer(x, start_index=2)
     error = ValueError
@@ -332,9 +353,9 @@ def test_positional_encoding_under_jax_jit_clips_positions():
     x = np.zeros((1, 2, C), "float32")
     step = jax.jit(lambda x, s: layer(x, start_index=s))
     table = ref.sinusoid_2019(6, C)
-    np.testing.assert_allclose(_np(step(x, 3))[0], table[3:5], atol=1e-6)
+    bounds.assert_close(_np(step(x, 3))[0], table[3:5], terms=PE_TERMS)
     # Not checkable under the trace: position 6 reads the last row.
-    np.testing.assert_allclose(_np(step(x, 5))[0], table[[5, 5]], atol=1e-6)
+    bounds.assert_close(_np(step(x, 5))[0], table[[5, 5]], terms=PE_TERMS)
 
 
 # --------------------------------------------------------------------------
@@ -389,9 +410,15 @@ def _block_args(flavor, normalize_first):
                 normalize_first=normalize_first)
 
 
-# Two blocks: each an attention sublayer or two (ATTENTION_TERMS) and a
-# feed-forward network (C + F terms) under a norm (C).
-BLOCK_TERMS = ATTENTION_TERMS + 8 * (C + F + C)
+# One encoder block: tests/bounds.py's count of a Transformer layer.
+BLOCK_TERMS = bounds.stack_terms(1, C, F, T)
+
+
+def _stack_terms(blocks, normalize_first):
+    """A stack's terms: its blocks (a decoder layer's cross-attention
+    counts as a block of its own) and the pre-norm stacks' final layer
+    norm (4 C)."""
+    return bounds.stack_terms(blocks, C, F, T) + 4 * C * normalize_first
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
@@ -405,20 +432,17 @@ def test_encoder_stack_equals_its_blocks_and_numpy(flavor, normalize_first):
 
     composed, numpy_out = x, x
     for block in encoder.blocks:
-        np.testing.assert_allclose(
+        bounds.assert_close(
             _np(block(composed, **masks)),
-            _numpy_block(block, composed, keep), rtol=0,
-            atol=BLOCK_TERMS * EPS * np.abs(numpy_out).max())
+            _numpy_block(block, composed, keep), terms=BLOCK_TERMS)
         composed = _np(block(composed, **masks))
         numpy_out = _numpy_block(block, numpy_out, keep)
     if normalize_first:
         composed = _np(encoder.final_layer_norm(composed))
         numpy_out = _numpy_norm(encoder.final_layer_norm, numpy_out)
-    np.testing.assert_allclose(got, composed, rtol=0,
-                               atol=C * EPS * np.abs(composed).max())
-    np.testing.assert_allclose(
-        got, numpy_out, rtol=0,
-        atol=2 * BLOCK_TERMS * EPS * np.abs(numpy_out).max())
+    terms = _stack_terms(2, normalize_first)
+    bounds.assert_close(got, composed, terms=terms)
+    bounds.assert_close(got, numpy_out, terms=terms)
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
@@ -438,11 +462,10 @@ def test_decoder_stack_equals_its_blocks_and_numpy(flavor, normalize_first):
     if normalize_first:
         composed = _np(decoder.final_layer_norm(composed))
         numpy_out = _numpy_norm(decoder.final_layer_norm, numpy_out)
-    np.testing.assert_allclose(got, composed, rtol=0,
-                               atol=C * EPS * np.abs(composed).max())
-    np.testing.assert_allclose(
-        got, numpy_out, rtol=0,
-        atol=2 * BLOCK_TERMS * EPS * np.abs(numpy_out).max())
+    # Two decoder blocks, each a self- and a cross-attention block.
+    terms = _stack_terms(2 * 2, normalize_first)
+    bounds.assert_close(got, composed, terms=terms)
+    bounds.assert_close(got, numpy_out, terms=terms)
 
 
 # --------------------------------------------------------------------------

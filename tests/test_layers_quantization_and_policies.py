@@ -14,6 +14,7 @@ import tfattn
 X = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
 
 
+@pytest.mark.half_precision
 def test_a_dtype_policy_map_reaches_each_projection():
     policies = keras.dtype_policies.DTypePolicyMap(
         default_policy=keras.dtype_policies.DTypePolicy("float32")

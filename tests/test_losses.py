@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import bounds
 from tests import reference_numpy as ref
 from tfattn.losses import LabelSmoothedCrossEntropy
 from tfattn.losses import smoothed_cross_entropy
@@ -18,10 +19,14 @@ from tfattn.losses import smoothed_cross_entropy_sum
 from tfattn.losses import smoothed_cross_entropy_sums
 from tfattn.losses import symmetric_kl_sum
 
-# Run again by .ci/run under tests/cpu_limits.AVX2_LIMITS.
-pytestmark = pytest.mark.cpu_sensitive
-
 B, T, V = 3, 6, 13
+# `bounds.assert_close` terms of the symmetric KL sum: a log-softmax over
+# the V classes, the sum over them, then the sum over the B·T targets.
+KL_TERMS = 2 * V + B * T
+# Of y_s read back from a float32 gradient: the softmax over V equal logits
+# (V terms of 1/V: one unit at scale 1), on_value = 1 - ε + ε/V (three
+# operations) and softmax - y_s (one).
+READ_BACK_TERMS = 5
 
 
 def _data(seed=0, scale=3.0, vocab=V):
@@ -31,6 +36,12 @@ def _data(seed=0, scale=3.0, vocab=V):
     labels[0, -2:] = 0  # padding
     labels[2, -4:] = 0
     return labels, logits
+
+
+def _loss_terms(vocab=V):
+    """`bounds.assert_close` terms of a token-mean cross-entropy: a
+    log-softmax over the `vocab` classes, then a sum over the B·T targets."""
+    return vocab + B * T
 
 
 # --------------------------------------------------------------------------
@@ -48,7 +59,7 @@ def test_matches_reference(epsilon, denominator_epsilon):
         logits, labels, epsilon=epsilon, denom_epsilon=denominator_epsilon
     )
     assert got.dtype == "float32" and got.shape == ()
-    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+    bounds.assert_close(float(got), want, terms=_loss_terms())
 
 
 @pytest.mark.parametrize("scale", [40.0, 1e4])
@@ -59,7 +70,7 @@ def test_matches_reference_with_other_pad_id_and_large_logits(scale):
     labels[1, 0] = 4
     got = smoothed_cross_entropy(labels, logits, pad_id=4)
     want = ref.smoothed_cross_entropy(logits, labels, pad_id=4)
-    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    bounds.assert_close(float(got), want, terms=_loss_terms())
 
 
 def test_per_token_loss_equals_explicit_smoothed_targets():
@@ -71,9 +82,8 @@ def test_per_token_loss_equals_explicit_smoothed_targets():
     one_hot = np.eye(V, dtype="float32")[labels]
     y_s = ref.label_smoothing(one_hot, 0.1)
     log_sm = logits - np.log(np.sum(np.exp(logits), -1, keepdims=True))
-    np.testing.assert_allclose(
-        per_token, -np.sum(y_s * log_sm, -1), rtol=1e-5, atol=1e-5
-    )
+    # Both in float32: the log-softmax's sum over V, then the sum over V.
+    bounds.assert_close(per_token, -np.sum(y_s * log_sm, -1), terms=2 * V)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
@@ -108,7 +118,8 @@ def test_gradient_matches_numpy(epsilon, jit_compile):
     counted = (labels != -100) * weights[:, None]
     y_s = ref.label_smoothing(np.eye(V)[np.clip(labels, 0, None)], epsilon)
     want = (softmax - y_s) * counted[..., None] / counted.sum()
-    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+    # The softmax over V (and the count, a sum over the B·T targets).
+    bounds.assert_close(np.asarray(got), want, terms=_loss_terms())
 
 
 @pytest.mark.parametrize("shape", [(), (5,), (2, 3, 2)])
@@ -123,8 +134,9 @@ def test_gradient_for_labels_of_any_rank(shape):
     softmax = np.exp(z - z.max(-1, keepdims=True))
     softmax /= softmax.sum(-1, keepdims=True)
     targets = np.eye(V)[labels.numpy()] * 0.9 + 0.1 / V
-    np.testing.assert_allclose(
-        tape.gradient(total, logits).numpy(), softmax - targets, atol=1e-6)
+    # The softmax over V, then the subtraction of the targets.
+    bounds.assert_close(
+        tape.gradient(total, logits).numpy(), softmax - targets, terms=V + 1)
 
 
 def test_implied_smoothed_targets_match_spec_golden_values():
@@ -136,12 +148,16 @@ def test_implied_smoothed_targets_match_spec_golden_values():
         tape.watch(logits)
         loss = smoothed_cross_entropy(labels, logits, epsilon=0.1)
     y_s = 1.0 / vocab - np.asarray(tape.gradient(loss, logits), "float64")[0, 0]
-    np.testing.assert_allclose(y_s[7], 0.900003125, rtol=1e-6)
-    np.testing.assert_allclose(np.delete(y_s, 7), 3.125e-6, rtol=1e-3)
+    bounds.assert_printed(y_s[7], "0.900003125", terms=READ_BACK_TERMS,
+                          dtype="float32")
+    # The others: the softmax's V terms and two subtractions, at the
+    # probabilities' magnitude 1/V.
+    bounds.assert_close(np.delete(y_s, 7), 3.125e-6, terms=vocab + 2,
+                        scale=1.0 / vocab)
     one_hot = np.zeros(vocab, "float32")
     one_hot[7] = 1.0
     golden = ref.label_smoothing(one_hot, 0.1)
-    np.testing.assert_allclose(y_s, golden, atol=1e-7)
+    bounds.assert_close(y_s, golden, terms=READ_BACK_TERMS)
 
 
 def test_pads_are_excluded():
@@ -151,13 +167,13 @@ def test_pads_are_excluded():
     changed[labels == 0] = 100.0 * np.random.default_rng(0).normal(
         size=changed[labels == 0].shape
     )
-    assert float(smoothed_cross_entropy(labels, changed)) == pytest.approx(
-        base, rel=1e-6
-    )
+    bounds.assert_close(float(smoothed_cross_entropy(labels, changed)), base,
+                        terms=_loss_terms())
     # Only the real targets are counted in the denominator.
     total, count = smoothed_cross_entropy_sum(labels, logits)
     assert float(count) == np.sum(labels != 0)
-    assert float(total) / float(count) == pytest.approx(base, rel=1e-6)
+    # The same sums: only the division differs (float64 here, float32 there).
+    bounds.assert_close(float(total) / float(count), base, terms=1)
 
 
 def test_pad_id_none_counts_everything_and_out_of_vocab_pads_are_fine():
@@ -166,12 +182,12 @@ def test_pad_id_none_counts_everything_and_out_of_vocab_pads_are_fine():
     want = ref.smoothed_cross_entropy(
         logits, labels, pad_id=-1
     )  # no label is -1
-    np.testing.assert_allclose(float(all_tokens), want, rtol=1e-6)
+    bounds.assert_close(float(all_tokens), want, terms=_loss_terms())
     ignored = np.where(labels == 0, -100, labels)
-    np.testing.assert_allclose(
+    bounds.assert_close(
         float(smoothed_cross_entropy(ignored, logits, pad_id=-100)),
         ref.smoothed_cross_entropy(logits, labels),
-        rtol=1e-6,
+        terms=_loss_terms(),
     )
 
 
@@ -194,16 +210,17 @@ def test_sum_variant_with_weights_gives_the_global_token_mean():
     ]
     total = sum(float(t) for t, _ in parts)
     count = sum(float(c) for _, c in parts)
-    np.testing.assert_allclose(
-        total / count, ref.smoothed_cross_entropy(logits, labels), rtol=1e-6
+    bounds.assert_close(
+        total / count, ref.smoothed_cross_entropy(logits, labels),
+        terms=_loss_terms(),
     )
     weights = np.array([1.0, 0.0, 1.0], "float32")  # per sequence, [B]
     t_w, c_w = smoothed_cross_entropy_sum(labels, logits, weights=weights)
     keep = [0, 2]
-    np.testing.assert_allclose(
+    bounds.assert_close(
         float(t_w) / float(c_w),
         ref.smoothed_cross_entropy(logits[keep], labels[keep]),
-        rtol=1e-6,
+        terms=_loss_terms(),
     )
 
 
@@ -214,9 +231,10 @@ def test_sums_count_the_argmax_hits_over_the_counted_targets():
     sums = smoothed_cross_entropy_sums(labels, logits, weights=weights)
     keep = (labels != 0) * weights[:, None]
     hits = (np.argmax(logits, -1) == labels) * keep
-    np.testing.assert_allclose(float(sums.correct), hits.sum(), rtol=1e-6)
+    # Sums over the B·T targets.
+    bounds.assert_close(float(sums.correct), hits.sum(), terms=B * T)
     assert float(sums.correct) >= 3 * 2.0
-    np.testing.assert_allclose(float(sums.tokens), keep.sum(), rtol=1e-6)
+    bounds.assert_close(float(sums.tokens), keep.sum(), terms=B * T)
     total, count = smoothed_cross_entropy_sum(labels, logits, weights=weights)
     assert float(total) == float(sums.loss)
     assert float(count) == float(sums.tokens)
@@ -231,7 +249,8 @@ def test_a_tie_at_the_top_counts_as_a_hit_and_hits_carry_no_gradient():
         total, _ = smoothed_cross_entropy_sum(labels, logits)
     assert float(sums.correct) == 1.0
     assert tape.gradient(sums.correct, logits) is None
-    np.testing.assert_allclose(
+    # The same kernels on the same logits: bit for bit.
+    np.testing.assert_array_equal(
         tape.gradient(sums.loss, logits).numpy(),
         tape.gradient(total, logits).numpy(),
     )
@@ -250,7 +269,7 @@ def test_half_precision_logits_are_finite_and_float32(dtype):
     assert np.all(np.isfinite(np.asarray(tf.cast(grad, "float32"))))
     rounded = np.asarray(tf.cast(half, "float32"))
     want = ref.smoothed_cross_entropy(rounded, labels, denom_epsilon=1e-7)
-    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+    bounds.assert_close(float(loss), want, terms=_loss_terms(257))
 
 
 def test_jit_compile_and_dynamic_shapes():
@@ -263,10 +282,10 @@ def test_jit_compile_and_dynamic_shapes():
         ],
         jit_compile=True,
     )
-    np.testing.assert_allclose(
+    bounds.assert_close(
         float(fn(labels, logits)),
         ref.smoothed_cross_entropy(logits, labels, denom_epsilon=1e-7),
-        rtol=1e-6,
+        terms=_loss_terms(),
     )
 
 
@@ -280,7 +299,8 @@ def test_loss_class_equals_function_and_serializes():
         epsilon=0.2, pad_id=0, denominator_epsilon=1e-7
     )
     want = ref.smoothed_cross_entropy(logits, labels, 0.2, denom_epsilon=1e-7)
-    np.testing.assert_allclose(float(loss(labels, logits)), want, rtol=1e-6)
+    bounds.assert_close(float(loss(labels, logits)), want,
+                        terms=_loss_terms())
     config = loss.get_config()
     assert config == dict(
         name="label_smoothed_cross_entropy",
@@ -304,19 +324,21 @@ def test_loss_class_sample_weight_and_keras_mask():
     weights = np.array([[1.0], [0.0], [1.0]], "float32")  # [B, 1]
     keep = [0, 2]
     want = ref.smoothed_cross_entropy(logits[keep], labels[keep])
-    np.testing.assert_allclose(
-        float(loss(labels, logits, sample_weight=weights)), want, rtol=1e-6
+    bounds.assert_close(
+        float(loss(labels, logits, sample_weight=weights)), want,
+        terms=_loss_terms(),
     )
-    np.testing.assert_allclose(
+    bounds.assert_close(
         float(loss(labels, logits, sample_weight=weights[:, 0])),
         want,
-        rtol=1e-6,
+        terms=_loss_terms(),
     )
     masked = tf.constant(logits)
     masked._keras_mask = tf.constant(np.arange(B)[:, None] != 1) & tf.ones(
         (B, T), bool
     )
-    np.testing.assert_allclose(float(loss(labels, masked)), want, rtol=1e-6)
+    bounds.assert_close(float(loss(labels, masked)), want,
+                        terms=_loss_terms())
 
 
 def test_loss_class_per_token_call():
@@ -324,10 +346,10 @@ def test_loss_class_per_token_call():
     per_token = np.asarray(LabelSmoothedCrossEntropy().call(labels, logits))
     assert per_token.shape == (B, T)
     assert np.all(per_token[labels == 0] == 0)
-    np.testing.assert_allclose(
+    bounds.assert_close(
         per_token.sum() / np.sum(labels != 0),
         ref.smoothed_cross_entropy(logits, labels),
-        rtol=1e-6,
+        terms=_loss_terms(),
     )
 
 
@@ -344,10 +366,11 @@ def test_loss_class_trains_a_model_with_integer_targets():
     losses = history.history["loss"]
     assert np.all(np.isfinite(losses)) and losses[1] < losses[0]
     out = model.predict(logits, verbose=0)
-    np.testing.assert_allclose(
+    # `evaluate` runs the Dense over its V inputs again, then the loss.
+    bounds.assert_close(
         model.evaluate(logits, labels, batch_size=B, verbose=0),
         ref.smoothed_cross_entropy(out, labels),
-        rtol=1e-5,
+        terms=V + _loss_terms(),
     )
 
 
@@ -433,17 +456,17 @@ def test_symmetric_kl_sum_matches_numpy(pad_id):
     want = ref.symmetric_kl_sum(logits_a, logits_b, labels, pad_id)
     assert got.dtype == "float32" and got.shape == ()
     assert want > 1.0  # Different logits: a term far from 0.
-    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    bounds.assert_close(float(got), want, terms=KL_TERMS)
 
 
 def test_symmetric_kl_sum_is_zero_for_equal_passes_and_symmetric():
     labels, logits_a = _data(0)
     _, logits_b = _data(1)
-    assert float(symmetric_kl_sum(labels, logits_a, logits_a)) == \
-        pytest.approx(0.0, abs=1e-5)
-    np.testing.assert_allclose(
+    # Both passes through the same kernels on the same logits: exactly 0.
+    assert float(symmetric_kl_sum(labels, logits_a, logits_a)) == 0.0
+    bounds.assert_close(
         float(symmetric_kl_sum(labels, logits_a, logits_b)),
-        float(symmetric_kl_sum(labels, logits_b, logits_a)), rtol=1e-6)
+        float(symmetric_kl_sum(labels, logits_b, logits_a)), terms=KL_TERMS)
 
 
 def test_symmetric_kl_sum_gradient_matches_numpy():
@@ -463,7 +486,9 @@ def test_symmetric_kl_sum_gradient_matches_numpy():
     g = np.log(p) - np.log(q)
     want = 0.5 * (p * (g - (p * g).sum(-1, keepdims=True)) + (p - q))
     want *= (labels != 0)[..., None]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    # The log-softmax's forward and backward sums over V, and the four
+    # elementwise operations between them.
+    bounds.assert_close(got, want, terms=2 * V + 4)
 
 
 def test_symmetric_kl_sum_of_bfloat16_logits_is_float32_and_close():
@@ -475,7 +500,7 @@ def test_symmetric_kl_sum_of_bfloat16_logits_is_float32_and_close():
     assert got.dtype == "float32"
     want = ref.symmetric_kl_sum(tf.cast(half_a, tf.float32),
                                 tf.cast(half_b, tf.float32), labels)
-    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    bounds.assert_close(float(got), want, terms=KL_TERMS)
 
 
 @pytest.mark.parametrize(

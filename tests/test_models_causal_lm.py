@@ -17,12 +17,16 @@ import numpy as np
 import pytest
 from keras import ops
 
+from tests import bounds
 from tfattn.decoding import samplers
 from tfattn.models.causal_lm import CausalLM
 
 BACKEND = keras.config.backend()
 VOCAB = 40
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [4, 5], [7]]
+# Elementwise float operations of the exact GELU, x·0.5·(1 + erf(x/√2)):
+# the division, erf, the sum and the two products.
+GELU_OPS = 5
 
 
 def _np(x):
@@ -44,35 +48,62 @@ def lm():
     return tiny_lm()
 
 
+def lm_terms(lm, length):
+    """`bounds.assert_close` terms of one logit or log-probability of `lm`
+    over `length` keys: its stack (`bounds.stack_terms`, the vocabulary's
+    projection and log-softmax included) and the final layer norm (4·C)."""
+    return 4 * lm.num_units + bounds.stack_terms(
+        lm.num_layers, lm.num_units, lm.ffn_units, length, lm.vocab_size)
+
+
+def score_terms(lm, steps):
+    """Terms of a generation score, the sum of `steps` log-probabilities,
+    each of the full forward pass over the `max_length` buffer."""
+    return lm_terms(lm, lm.max_length) + steps
+
+
 def _log_probs(lm, prefix):
-    """log-softmax (float64) of the full forward pass at the prefix's last
-    position, padding excluded as `generate` excludes it. The prefix sits
-    in a fixed buffer padded after it (causal attention keeps the padding
-    out of the prefix's positions), so every call has one shape."""
+    """(log-softmax (float64) of the full forward pass at the prefix's last
+    position, padding excluded as `generate` excludes it; the largest
+    |logit| there, the scale of the log-probabilities' rounding). The
+    prefix sits in a fixed buffer padded after it (causal attention keeps
+    the padding out of the prefix's positions), so every call has one
+    shape."""
     buffer = np.zeros((1, lm.max_length), "int32")
     buffer[0, :len(prefix)] = prefix
     logits = _np(lm(buffer))[0, len(prefix) - 1].astype(np.float64)
     logits[0] = -np.inf
     top = logits.max()
-    return logits - top - np.log(np.sum(np.exp(logits - top)))
+    magnitude = np.abs(logits[1:]).max()
+    return logits - top - np.log(np.sum(np.exp(logits - top))), magnitude
 
 
 def naive_greedy(lm, prompt, steps, stop=3):
-    tokens, score = [], 0.0
+    """(tokens, score, scale): the score's scale is the sum over the steps
+    of the logits' magnitudes (each step's log-probability rounds at its
+    logits' scale)."""
+    tokens, score, scale = [], 0.0, 0.0
     for _ in range(steps):
-        lp = _log_probs(lm, list(prompt) + tokens)
+        lp, magnitude = _log_probs(lm, list(prompt) + tokens)
         token = int(np.argmax(lp))
         assert np.sort(lp)[-1] - np.sort(lp)[-2] > 1e-3  # no near-tie
         tokens.append(token)
         score += lp[token]
+        scale += magnitude
         if token == stop:
             break
-    return tokens, score
+    return tokens, score, scale
 
 
 def _rescore(lm, prompt, tokens):
-    return sum(_log_probs(lm, list(prompt) + tokens[:t])[tokens[t]]
-               for t in range(len(tokens)))
+    """(score, scale) of `tokens` after `prompt` by the full forward pass,
+    the scale as `naive_greedy`'s."""
+    score, scale = 0.0, 0.0
+    for t in range(len(tokens)):
+        lp, magnitude = _log_probs(lm, list(prompt) + tokens[:t])
+        score += lp[tokens[t]]
+        scale += magnitude
+    return score, scale
 
 
 @pytest.mark.parametrize("flavor, normalize_first", [
@@ -84,10 +115,11 @@ def test_greedy_equals_the_uncached_argmax_chain(flavor, normalize_first):
     ids, scores = lm.generate(PROMPTS, max_new_tokens=6)
     assert ids.shape == (3, 6) and ids.dtype == np.int32
     for row, prompt in enumerate(PROMPTS):
-        want, want_score = naive_greedy(lm, prompt, 6)
+        want, want_score, scale = naive_greedy(lm, prompt, 6)
         got = ids[row].tolist()
         assert got[:len(want)] == want and not any(got[len(want):])
-        np.testing.assert_allclose(scores[row], want_score, atol=1e-4)
+        bounds.assert_close(scores[row], want_score,
+                            terms=score_terms(lm, 6), scale=scale)
 
 
 def test_logits_ignore_the_future(lm):
@@ -102,7 +134,7 @@ def test_logits_ignore_the_future(lm):
 def test_padding_after_a_sequence_changes_nothing_before_it(lm):
     short = _np(lm(np.array([[5, 6, 7]], "int32")))
     padded = _np(lm(np.array([[5, 6, 7, 0, 0]], "int32")))
-    np.testing.assert_allclose(padded[:, :3], short, atol=1e-6)
+    bounds.assert_close(padded[:, :3], short, terms=lm_terms(lm, 5))
 
 
 @pytest.mark.parametrize("sampler", [
@@ -120,8 +152,9 @@ def test_draws_repeat_with_their_seed_and_score_what_they_emit(lm, sampler):
     assert (first != other).any()
     assert (first > 0).all()  # never padding
     for row, prompt in enumerate(PROMPTS):
-        want = _rescore(lm, prompt, first[row].tolist())
-        np.testing.assert_allclose(scores[row], want, atol=1e-4)
+        want, scale = _rescore(lm, prompt, first[row].tolist())
+        bounds.assert_close(scores[row], want, terms=score_terms(lm, 8),
+                            scale=scale)
 
 
 def test_stop_tokens_end_each_row_on_its_own(lm):
@@ -153,12 +186,17 @@ def test_strip_prompt_false_returns_prompt_then_continuation(lm):
 def test_beam_sampler_scores_are_full_forward_scores(lm):
     ids, scores = lm.generate(PROMPTS, 5, sampler=samplers.BeamSampler(3, 0.0))
     greedy, greedy_scores = lm.generate(PROMPTS, 5)
+    terms = score_terms(lm, 5)
     for row, prompt in enumerate(PROMPTS):
         tokens = [t for t in ids[row].tolist() if t]
-        np.testing.assert_allclose(scores[row], _rescore(lm, prompt, tokens),
-                                   atol=1e-4)
-        # alpha=0 ranks by log-prob: the best beam is at least greedy's.
-        assert scores[row] >= greedy_scores[row] - 1e-4
+        want, scale = _rescore(lm, prompt, tokens)
+        bounds.assert_close(scores[row], want, terms=terms, scale=scale)
+        # alpha=0 ranks by log-prob: the best beam is at least greedy's, up
+        # to the rounding of both scores.
+        _, greedy_scale = _rescore(
+            lm, prompt, [t for t in greedy[row].tolist() if t])
+        assert scores[row] >= greedy_scores[row] - (
+            bounds.bound(terms, scale) + bounds.bound(terms, greedy_scale))
 
 
 def test_a_second_call_with_the_same_buckets_does_not_trace(lm):
@@ -217,9 +255,10 @@ def test_untied_head_and_learned_positions():
     assert lm.output_dense is not None
     ids, scores = lm.generate(PROMPTS[:2], 4)
     for row, prompt in enumerate(PROMPTS[:2]):
-        want, want_score = naive_greedy(lm, prompt, 4)
+        want, want_score, scale = naive_greedy(lm, prompt, 4)
         assert ids[row, :len(want)].tolist() == want
-        np.testing.assert_allclose(scores[row], want_score, atol=1e-4)
+        bounds.assert_close(scores[row], want_score,
+                            terms=score_terms(lm, 4), scale=scale)
 
 
 def _numpy_gelu(x):
@@ -235,8 +274,9 @@ def test_gelu_feed_forward_is_numpy_gelu_and_round_trips(tmp_path):
     w1, b1 = (_np(w) for w in ffn.inner_dense.weights)
     w2, b2 = (_np(w) for w in ffn.outer_dense.weights)
     want = _numpy_gelu(x.astype(np.float64) @ w1 + b1) @ w2 + b2
-    # float32 sums of 16 and 32 terms of unit scale: 1e-5 holds them.
-    np.testing.assert_allclose(_np(ffn(x)), want, atol=1e-5)
+    # The two Dense sums (C, then F terms), their biases and the GELU.
+    bounds.assert_close(_np(ffn(x)), want,
+                        terms=lm.num_units + lm.ffn_units + 2 + GELU_OPS)
     path = str(tmp_path / "gelu.keras")
     lm.save(path)
     loaded = keras.saving.load_model(path)
@@ -344,8 +384,7 @@ def test_draw_frequencies_follow_the_distribution(sampler, expected):
         want = expected(logits.astype(np.float64))
     draws = 20000
     got = _frequencies(sampler, logits, draws)
-    bound = 5 * np.sqrt(want * (1 - want) / draws) + 1e-9
-    assert np.all(np.abs(got - want) <= bound), (got, want)
+    bounds.assert_sampled(got, want, draws)
 
 
 def test_greedy_sampler_takes_the_lowest_of_tied_ids():

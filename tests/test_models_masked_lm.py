@@ -20,13 +20,25 @@ import numpy as np
 import pytest
 from keras import ops
 
+from tests import bounds
 from tfattn.models import MaskedLM
 from tfattn.models import SequenceClassifier
 from tfattn.models import TextEncoder
 
 VOCAB = 40
+LAYERS, UNITS, FFN_UNITS = 2, 16, 32  # `tiny`'s sizes
 IDS = np.array([[2, 5, 6, 7, 8, 3, 0, 0],
                 [2, 9, 10, 11, 12, 13, 14, 3]], "int32")
+# Elementwise float operations of the exact GELU, x·0.5·(1 + erf(x/√2)):
+# the division, erf, the sum and the two products.
+GELU_OPS = 5
+# To one masked-LM logit from the encoder's output: the head's Dense (C
+# terms) and bias, the GELU, the layer norm (4·C), the tied projection (C)
+# and the output bias.
+HEAD_TERMS = UNITS + 1 + GELU_OPS + 4 * UNITS + UNITS + 1
+# The largest |value| of BERT's initializer, a normal truncated at 2 std
+# (std 0.02), after the draw's two float32 roundings (× std, + mean).
+TRUNCATED_MAX = 0.04 + bounds.bound(2, 0.04)
 
 
 def _np(x):
@@ -35,8 +47,9 @@ def _np(x):
 
 def tiny(cls=MaskedLM, seed=0, **kwargs):
     keras.utils.set_random_seed(seed)
-    args = dict(vocab_size=VOCAB, num_layers=2, num_units=16, num_heads=2,
-                ffn_units=32, max_length=16, dropout_rate=0.0)
+    args = dict(vocab_size=VOCAB, num_layers=LAYERS, num_units=UNITS,
+                num_heads=2, ffn_units=FFN_UNITS, max_length=16,
+                dropout_rate=0.0)
     args.update(kwargs)
     model = cls(**args)
     model(IDS)
@@ -69,9 +82,7 @@ def _numpy_head(mlm, x):
 def test_head_is_numpy_dense_gelu_norm_and_tied_projection(mlm):
     x = _np(mlm.text_encoder(IDS)).astype(np.float64)
     want = _numpy_head(mlm, x)
-    # float32 sums of 16 terms, then 16-term norms and projections: 1e-4
-    # absolute on logits of unit scale.
-    np.testing.assert_allclose(_np(mlm(IDS)), want, atol=1e-4)
+    bounds.assert_close(_np(mlm(IDS)), want, terms=HEAD_TERMS)
 
 
 def test_mask_positions_gather_the_full_logits(mlm):
@@ -79,7 +90,8 @@ def test_mask_positions_gather_the_full_logits(mlm):
     full = _np(mlm(IDS))
     got = _np(mlm({"token_ids": IDS, "mask_positions": positions}))
     want = np.take_along_axis(full, positions[..., None], axis=1)
-    np.testing.assert_allclose(got, want, atol=1e-6)
+    # The same encoder output; the head runs on the gathered rows only.
+    bounds.assert_close(got, want, terms=HEAD_TERMS)
 
 
 def test_every_position_sees_both_sides_and_never_padding(mlm):
@@ -89,7 +101,8 @@ def test_every_position_sees_both_sides_and_never_padding(mlm):
     assert np.abs(a[0, 1] - b[0, 1]).max() > 1e-4
     longer = np.concatenate([IDS, np.zeros((2, 4), "int32")], axis=1)
     c = _np(mlm.text_encoder(longer))
-    np.testing.assert_allclose(c[0, :6], a[0, :6], atol=1e-5)
+    bounds.assert_close(c[0, :6], a[0, :6], terms=bounds.stack_terms(
+        LAYERS, UNITS, FFN_UNITS, longer.shape[1]))
 
 
 def test_keras_file_round_trip(tmp_path, mlm):
@@ -110,8 +123,10 @@ def test_classifier_pools_then_dense(pooling):
         keep = (IDS != 0)[..., None]
         pooled = (x * keep).sum(1) / keep.sum(1)
     kernel, bias = (_np(w) for w in model.output_dense.weights)
-    np.testing.assert_allclose(_np(model(IDS)), pooled @ kernel + bias,
-                               atol=1e-5)
+    # The mean over the T tokens and its division, the Dense over C and
+    # its bias.
+    bounds.assert_close(_np(model(IDS)), pooled @ kernel + bias,
+                        terms=IDS.shape[1] + 1 + UNITS + 1)
 
 
 def test_from_masked_lm_copies_the_encoder_and_round_trips(tmp_path, mlm):
@@ -198,7 +213,7 @@ def test_kernel_initializer_draws_the_encoder_and_head_kernels(cls):
     head = "head_dense" if cls is MaskedLM else "output_dense"
     assert any(head in path for path in kernels)
     for path, kernel in kernels.items():
-        assert np.abs(kernel).max() <= 0.04 + 1e-7, path  # truncated at 2 std
+        assert np.abs(kernel).max() <= TRUNCATED_MAX, path
         assert 0.01 < kernel.std() < 0.025, (path, kernel.std())
     rebuilt = cls.from_config(model.get_config())
     assert rebuilt.kernel_initializer.stddev == 0.02
@@ -243,7 +258,7 @@ def test_berts_embeddings_are_the_unscaled_rows_plus_positions_normalized(
     tokens = _np(model.token_embedding.embeddings).astype(np.float64)
     positions = _np(model.positions.embeddings).astype(np.float64)
     for table in (tokens, positions):
-        assert np.abs(table).max() <= 0.04 + 1e-7  # truncated at 2 std
+        assert np.abs(table).max() <= TRUNCATED_MAX
         assert 0.01 < table.std() < 0.025
     if model.token_embedding.zero_pad:  # padding's row is the zero vector
         tokens[0] = 0.0
@@ -255,7 +270,8 @@ def test_berts_embeddings_are_the_unscaled_rows_plus_positions_normalized(
     expected = ((x - mean) / np.sqrt(var + model.embedding_layer_norm.epsilon)
                 * gamma + beta)
     object.__setattr__(model, "encoder", lambda x, **_: x)
-    np.testing.assert_allclose(_np(model(IDS)), expected, atol=1e-5)
+    # The sum of the two rows, then the layer norm over C (4·C).
+    bounds.assert_close(_np(model(IDS)), expected, terms=1 + 4 * UNITS)
     mlm = tiny(seed=6, positional_encoding="learned",
                positions_initializer=bert, scale_embeddings=False)
     path = str(tmp_path / "bert.keras")

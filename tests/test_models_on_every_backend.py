@@ -28,8 +28,8 @@ import pytest
 from keras import ops
 
 import tfattn
+from tests import bounds
 from tests import reference_numpy as ref
-from tests.harness import FLOAT32_EPS
 from tests.harness import dense_params
 from tests.harness import norm_params
 from tfattn.decoding import beam_search
@@ -71,6 +71,13 @@ def _jit(fn):
 
 START, EOS, MASK = 0, 1, -1e9
 VOCAB, LENGTH, ROWS = 4, 4, [0, 1, 2]
+# Elementwise float operations of the GNMT length penalty and its use:
+# 5 + n, / 6, ** alpha, then the score's division.
+PENALTY_OPS = 4
+# To a search's score on the chain: the logits' three terms summed (table,
+# position, counter) and the EOS bonus, the log-softmax over the
+# vocabulary, the sum over the LENGTH steps and the length penalty.
+MARKOV_TERMS = 3 + VOCAB + LENGTH + PENALTY_OPS
 
 
 def random_tables(seed, rows=3, vocab=VOCAB, length=LENGTH):
@@ -113,6 +120,14 @@ def markov_model(tables, eos_at=None):
     row = ops.arange(rows, dtype="int32")
     zeros = ops.zeros((rows,), "int32")
     return step_fn, {"row": row, "state": (zeros, zeros)}
+
+
+def logit_magnitude(tables):
+    """The largest |logit| the chain can give (masked ones aside): the
+    scale at which each step's log-probability rounds."""
+    table, pos, cnt = tables
+    return (np.abs(table[table > MASK / 2]).max() + np.abs(pos).max()
+            + np.abs(cnt).max())
 
 
 def np_log_probs(tables, row, prev2, prev1, t):
@@ -178,7 +193,10 @@ def test_greedy_matches_numpy(tables):
     for r, limit in zip(ROWS, limits):
         want_ids, want_score = np_greedy(tables, r, limit)
         np.testing.assert_array_equal(_np(ids)[r], want_ids)
-        np.testing.assert_allclose(_np(scores)[r], want_score, atol=1e-4)
+        # Each of the n steps' log-probabilities at the logits' scale.
+        n = int(np.sum(np.asarray(want_ids) != 0))
+        bounds.assert_close(_np(scores)[r], want_score, terms=MARKOV_TERMS,
+                            scale=n * logit_magnitude(tables))
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
@@ -192,7 +210,10 @@ def test_exhaustive_beam_matches_brute_force(tables, alpha):
     for r, limit in zip(ROWS, limits):
         want_ids, want_score = np_best_beam(tables, r, limit, alpha)
         np.testing.assert_array_equal(_np(ids)[r], want_ids)
-        np.testing.assert_allclose(_np(scores)[r], want_score, atol=1e-4)
+        n = int(np.sum(np.asarray(want_ids) != 0))
+        bounds.assert_close(
+            _np(scores)[r], want_score, terms=MARKOV_TERMS,
+            scale=n * logit_magnitude(tables) / length_penalty(n, alpha))
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
@@ -218,9 +239,12 @@ def test_max_lengths_clipped_and_eos_padding(search):
         _np(ids)[5:], [[1, 0, 0, 0], [3, 3, 1, 0]])
     step = 1.0 - np.log(np.exp(1.0) + 1.0 + np.exp(-10.0))
     want_scores = clipped * step
+    scale = clipped * logit_magnitude((table, zeros, zeros))
     if search == "beam":
         want_scores = want_scores / length_penalty(clipped, 0.6)
-    np.testing.assert_allclose(_np(scores)[:5], want_scores, rtol=1e-4)
+        scale = scale / length_penalty(clipped, 0.6)
+    bounds.assert_close(_np(scores)[:5], want_scores, terms=MARKOV_TERMS,
+                        scale=scale)
     assert np.all(_np(scores)[5:] <= 0.0)
 
 
@@ -241,7 +265,9 @@ def test_searches_compile_whole(tables, search):
     want_ids, want_scores = run(start, cache, limits)
     ids, scores = _jit(run)(start, cache, ops.convert_to_tensor(limits))
     np.testing.assert_array_equal(_np(ids), _np(want_ids))
-    np.testing.assert_allclose(_np(scores), _np(want_scores), atol=1e-5)
+    # At most `limits` steps per row, each at the logits' scale.
+    bounds.assert_close(_np(scores), _np(want_scores), terms=MARKOV_TERMS,
+                        scale=limits * logit_magnitude(tables))
 
 
 # --------------------------------------------------------------------------
@@ -251,6 +277,19 @@ def test_searches_compile_whole(tables, search):
 V, C, H, F, N, L = 11, 8, 2, 16, 2, 8
 SOURCE = np.array([[4, 5, 6, 7, 0], [8, 9, 10, 5, 4]], "int32")
 TARGET_IN = np.array([[BOS_ID, 5, 6, 9, 0], [BOS_ID, 4, 7, 7, 10]], "int32")
+
+
+def model_terms(length):
+    """`bounds.assert_close` terms of one logit or log-probability of
+    `tiny_transformer` over at most `length` keys: `bounds.stack_terms` of
+    its N encoder and N decoder blocks and the decoder's N cross-attentions
+    (each a block), the projection to the V logits and their log-softmax."""
+    return bounds.stack_terms(3 * N, C, F, length, V)
+
+
+# To a generation score: the log-probabilities over the L-long buffer,
+# their sum over at most L steps and the length penalty.
+SCORE_TERMS = model_terms(L) + L + PENALTY_OPS
 
 
 def tiny_transformer(seed=1, scale=0.4, biases=True):
@@ -313,17 +352,33 @@ def test_forward_pass_matches_numpy(model):
     }
     want = ref.transformer_reference_2019(params, SOURCE, TARGET_IN, H)
     got = _np(model((SOURCE, TARGET_IN)))
-    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
+    bounds.assert_close(got, want, terms=model_terms(SOURCE.shape[1]))
 
 
 def _full_log_probs(model, source, target_in):
-    """log-softmax of the full forward pass's logits, float64, with the
-    padding id excluded as `decode_step` excludes it."""
+    """(log-softmax of the full forward pass's logits, float64, with the
+    padding id excluded as `decode_step` excludes it; the largest |logit|
+    at each position [B, T], the scale at which its log-probabilities
+    round)."""
     logits = _np(model((source, target_in))).astype(np.float64)
     logits[..., PAD_ID] = -np.inf
+    magnitudes = np.abs(np.delete(logits, PAD_ID, axis=-1)).max(-1)
     top = logits.max(axis=-1, keepdims=True)
     return logits - top - np.log(
-        np.sum(np.exp(logits - top), axis=-1, keepdims=True))
+        np.sum(np.exp(logits - top), axis=-1, keepdims=True)), magnitudes
+
+
+def _logit_scale(model, source, ids, alpha):
+    """The scale of each row's generation score: the sum of the logits'
+    magnitudes over its tokens' steps (the full forward pass on [BOS] +
+    ids), divided by its length penalty."""
+    ids = _np(ids)
+    target_in = np.concatenate(
+        [np.full((len(ids), 1), BOS_ID, "int32"), ids[:, :-1]], axis=1)
+    _, magnitudes = _full_log_probs(model, source, target_in)
+    lengths = np.sum(ids != 0, axis=1)
+    return np.sum(magnitudes * (ids != 0), axis=1) / length_penalty(
+        lengths, alpha)
 
 
 def naive_greedy(model, source, steps):
@@ -337,7 +392,7 @@ def naive_greedy(model, source, steps):
     ids = np.zeros((rows, steps), "int32")
     scores, done = np.zeros(rows), np.zeros(rows, bool)
     for t in range(steps):
-        lp = _full_log_probs(model, source, target)[:, t]
+        lp = _full_log_probs(model, source, target)[0][:, t]
         token = np.argmax(lp, axis=-1)
         top2 = np.sort(lp, axis=-1)[:, -2:]
         # No near-tie where it matters: float32 could pick either token.
@@ -358,7 +413,8 @@ def test_cached_greedy_equals_uncached_argmax(decoder_model):
     assert len(set(want_ids[want_ids > 0])) > 1
     assert np.sum(want_ids == EOS_ID) == len(want_ids)
     np.testing.assert_array_equal(_np(ids), want_ids)
-    np.testing.assert_allclose(_np(scores), want_scores, atol=1e-4)
+    bounds.assert_close(_np(scores), want_scores, terms=SCORE_TERMS,
+                        scale=_logit_scale(model, SOURCE, want_ids, 0.0))
 
 
 def test_beam_scores_are_their_full_forward_scores(decoder_model):
@@ -370,14 +426,16 @@ def test_beam_scores_are_their_full_forward_scores(decoder_model):
     # padding, which causal attention keeps from earlier positions.
     target_in = np.concatenate(
         [np.full((len(ids), 1), BOS_ID, "int32"), ids[:, :-1]], axis=1)
-    lp = _full_log_probs(model, SOURCE, target_in)
+    lp, _ = _full_log_probs(model, SOURCE, target_in)
+    scale = _logit_scale(model, SOURCE, ids, 0.6)
     for r, row in enumerate(ids):
         n = int(np.sum(row != 0))
         assert np.all(row[:n] != 0) and np.all(row[n:] == 0)
         assert n == L or row[n - 1] == EOS_ID
         want = sum(lp[r, t, row[t]] for t in range(n)) / length_penalty(
             n, 0.6)
-        np.testing.assert_allclose(_np(scores)[r], want, atol=1e-4)
+        bounds.assert_close(_np(scores)[r], want, terms=SCORE_TERMS,
+                            scale=scale[r])
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -389,7 +447,9 @@ def test_generate_compiles_whole(decoder_model, beam_size):
     ids, scores = _jit(lambda s: model.search(s, width, sampler))(
         ops.convert_to_tensor(SOURCE))
     np.testing.assert_array_equal(_np(ids), _np(want_ids))
-    np.testing.assert_allclose(_np(scores), _np(want_scores), atol=1e-5)
+    alpha = getattr(sampler, "alpha", 0.0)
+    bounds.assert_close(_np(scores), _np(want_scores), terms=SCORE_TERMS,
+                        scale=_logit_scale(model, SOURCE, want_ids, alpha))
 
 
 def test_fit_lowers_the_loss_on_a_copy_task():
@@ -439,12 +499,5 @@ def test_keras_file_loads_under_the_other_backend(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     got = np.load(tmp_path / "logits.npy")
     # Same float32 weights and math; only the kernels' summation order
-    # differs (oneDNN / Eigen against XLA). A float32 sum of n terms taken
-    # in another order moves by at most about n * EPS of the terms'
-    # magnitudes; each logit is the end of about 10 such reductions in a
-    # row (N=2 blocks of dot products of at most F=16 terms, softmaxes and
-    # layer-norm moments) whose terms the layer norms keep at the logits'
-    # scale, so 10 * F * EPS * max|logit| bounds the difference (about
-    # 1.3e-5 here; measured on this CPU: 1.8e-7).
-    tolerance = 10 * F * FLOAT32_EPS * np.abs(want).max()
-    np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
+    # differs (oneDNN / Eigen against XLA).
+    bounds.assert_close(got, want, terms=model_terms(SOURCE.shape[1]))

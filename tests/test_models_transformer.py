@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tfattn
+from tests import bounds
 from tests import reference_numpy as ref
 from tfattn.decoding import samplers
 from tfattn.models.transformer import BOS_ID
@@ -32,6 +33,38 @@ pytestmark = pytest.mark.filterwarnings(
 V, C, H, F, N, L = 13, 8, 2, 16, 2, 8
 SOURCE = np.array([[4, 5, 6, 7, 0], [8, 9, 10, 11, 12]], "int32")
 TARGET_IN = np.array([[BOS_ID, 5, 6, 9, 0], [BOS_ID, 4, 7, 7, 11]], "int32")
+# Elementwise float operations of an embedding-stage value: sqrt(C), the
+# row's product with it, the sinusoid's angle (a power and a product), its
+# sine or cosine, and the sum.
+EMBEDDING_OPS = 6
+# Elementwise float operations of the GNMT length penalty and its use:
+# 5 + n, / 6, ** alpha, then the score's division.
+PENALTY_OPS = 4
+
+
+def logit_terms(length, blocks=3 * N, final_norms=0, vocab_size=V):
+    """`bounds.assert_close` terms of one logit or log-probability over at
+    most `length` keys through `blocks` blocks (encoder and decoder
+    blocks, each decoder's cross-attention a block of its own):
+    `bounds.stack_terms` with the projection to the logits and their
+    log-softmax, plus the final layer norms of `final_norms` pre-norm
+    stacks (4·C each)."""
+    return 4 * C * final_norms + bounds.stack_terms(
+        blocks, C, F, length, vocab_size)
+
+
+def _logit_scale(model, source, ids, alpha):
+    """The scale of each row's generation score: the sum of the logits'
+    magnitudes (the pad column aside) over its tokens' steps, from the
+    full forward pass on [BOS] + ids, divided by its length penalty."""
+    ids = np.asarray(ids)
+    target_in = np.concatenate(
+        [np.full((len(ids), 1), BOS_ID, "int32"), ids[:, :-1]], axis=1)
+    logits = np.asarray(model((source, target_in)))
+    magnitudes = np.abs(logits[..., 1:]).max(-1)
+    real = ids != 0
+    penalty = ((5.0 + real.sum(1)) / 6.0) ** alpha
+    return (magnitudes * real).sum(1) / penalty
 
 
 def _model(
@@ -220,12 +253,18 @@ def test_reference_2019_embedding_stage_golden_values():
     model.source_embedding.embeddings.assign(np.ones((V, C), "float32"))
     ids = np.array([[5, 5, 0]], "int32")
     x = _np(model.source_positions(model.source_embedding(ids)))
-    golden = [0.841471, 0.540302, 0.099833, 0.995004, 0.01, 0.99995, 0.001, 1.0]
-    np.testing.assert_allclose(
-        x[0, 0], math.sqrt(C) + np.array([0, 1] * 4), atol=1e-6
+    golden = ["0.841471", "0.540302", "0.099833", "0.995004", "0.01",
+              "0.99995", "0.001", "1.0"]
+    bounds.assert_close(
+        x[0, 0], math.sqrt(C) + np.array([0, 1] * 4), terms=EMBEDDING_OPS
     )
-    np.testing.assert_allclose(
-        x[0, 1], math.sqrt(C) + np.array(golden), atol=1e-5
+    # The float32 values rounded at sqrt(C) + 1, before sqrt(C) left.
+    bounds.assert_printed(
+        x[0, 1].astype(np.float64) - math.sqrt(C),
+        golden,
+        terms=EMBEDDING_OPS,
+        scale=math.sqrt(C) + 1,
+        dtype="float32",
     )
     np.testing.assert_array_equal(x[0, 2], np.zeros(C))
 
@@ -281,18 +320,16 @@ def reference_params(model):
     return params
 
 
-@pytest.mark.cpu_sensitive
 def test_reference_2019_matches_numpy_model():
     model = _model("reference_2019")
     want = ref.transformer_reference_2019(
         reference_params(model), SOURCE, TARGET_IN, H
     )
-    np.testing.assert_allclose(
-        model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5
+    bounds.assert_close(
+        model((SOURCE, TARGET_IN)), want, terms=logit_terms(SOURCE.shape[1])
     )
 
 
-@pytest.mark.cpu_sensitive
 def test_reference_2017_matches_numpy_model():
     model = tfattn.Transformer(
         V,
@@ -312,8 +349,10 @@ def test_reference_2017_matches_numpy_model():
     want = ref.transformer_reference_2017(
         reference_params(model), SOURCE, TARGET_IN, H
     )
-    np.testing.assert_allclose(
-        model((SOURCE, TARGET_IN)), want, atol=1e-4, rtol=1e-5
+    bounds.assert_close(
+        model((SOURCE, TARGET_IN)),
+        want,
+        terms=logit_terms(SOURCE.shape[1], vocab_size=V + 4),
     )
 
 
@@ -331,8 +370,10 @@ def test_reference_dropout_only_after_the_embedding_and_on_attention(flavor):
         > 1e-3
     )
     model.embedding_dropout.rate = 0.0  # the one dropout site left
-    np.testing.assert_allclose(
-        model(inputs, training=True), model(inputs), atol=1e-5
+    bounds.assert_close(
+        model(inputs, training=True),
+        model(inputs),
+        terms=logit_terms(SOURCE.shape[1], blocks=3),
     )
 
 
@@ -353,7 +394,6 @@ def test_paper_has_residual_dropout():
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
-@pytest.mark.cpu_sensitive
 def test_cached_decode_step_equals_decode_on_the_prefix(
     flavor, normalize_first
 ):
@@ -366,11 +406,13 @@ def test_cached_decode_step_equals_decode_on_the_prefix(
         )
         prefix_logits = model.decode(TARGET_IN[:, : t + 1], memory, keep)[:, -1]
         # decode_step masks the pad id (column 0) so that searches skip it.
-        np.testing.assert_allclose(
+        # One memory: the decoder's self- and cross-attention blocks only.
+        bounds.assert_close(
             _np(step_logits)[:, 1:],
             _np(prefix_logits)[:, 1:],
-            atol=1e-5,
-            rtol=0,
+            terms=logit_terms(
+                L, blocks=2 * N, final_norms=int(normalize_first)
+            ),
         )
         assert np.all(_np(step_logits)[:, 0] <= -1e8)
 
@@ -391,7 +433,6 @@ def _naive_greedy(model, source, steps):
 
 
 @pytest.mark.parametrize("flavor", ["paper", "reference_2019"])
-@pytest.mark.cpu_sensitive
 def test_beam_size_1_equals_greedy(flavor):
     model = _model(flavor, num_layers=1)
     steps = 6
@@ -413,7 +454,14 @@ def test_beam_size_1_equals_greedy(flavor):
         alpha=0.0,
     )
     np.testing.assert_array_equal(beam_ids, greedy_ids)
-    np.testing.assert_allclose(beam_scores, greedy_scores, atol=1e-5)
+    # Each encodes on its own path: the whole model over at most L keys,
+    # then the sum over the steps and the length penalty.
+    bounds.assert_close(
+        beam_scores,
+        greedy_scores,
+        terms=logit_terms(L, blocks=3) + steps + PENALTY_OPS,
+        scale=_logit_scale(model, SOURCE, greedy_ids, 0.0),
+    )
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
@@ -428,11 +476,12 @@ def test_source_padding_does_not_change_logits(flavor, normalize_first):
         num_layers=1,
     )
     padded = np.concatenate([SOURCE, np.zeros((2, 3), "int32")], axis=1)
-    np.testing.assert_allclose(
+    bounds.assert_close(
         model((padded, TARGET_IN)),
         model((SOURCE, TARGET_IN)),
-        atol=1e-5,
-        rtol=0,
+        terms=logit_terms(
+            padded.shape[1], blocks=3, final_norms=2 * normalize_first
+        ),
     )
 
 
@@ -448,8 +497,12 @@ def test_future_target_tokens_do_not_change_earlier_logits(
             1, V, changed[:, t + 1 :].shape
         )
         out = _np(model((SOURCE, changed)))
-        np.testing.assert_allclose(
-            out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=0
+        bounds.assert_close(
+            out[:, : t + 1],
+            base[:, : t + 1],
+            terms=logit_terms(
+                SOURCE.shape[1], blocks=3, final_norms=2 * normalize_first
+            ),
         )
 
 
@@ -500,7 +553,12 @@ def test_generate_compiles_once_per_shape_under_jit():
             source, sampler=beam, max_new_tokens=5
         )
         np.testing.assert_array_equal(ids, want_ids)
-        np.testing.assert_allclose(scores, want_scores, atol=1e-4)
+        bounds.assert_close(
+            scores,
+            want_scores,
+            terms=logit_terms(L, blocks=3) + 5 + PENALTY_OPS,
+            scale=_logit_scale(model, source, want_ids, beam.alpha),
+        )
         assert tuple(ids.shape) == (2, 5)
     assert fn.experimental_get_tracing_count() == 1
 
@@ -729,8 +787,13 @@ def test_returned_scores_are_those_of_each_attention_call(
         assert len(per_layer) == N
         for i, weights in enumerate(per_layer):
             assert weights.dtype == tf.float32
-            np.testing.assert_allclose(
-                weights, recorded[(kind, i)], atol=1e-7, rtol=0
+            # At most the whole stack's chain; probabilities: scale 1.
+            bounds.assert_close(
+                weights,
+                recorded[(kind, i)],
+                terms=bounds.stack_terms(3 * N, C, F, SOURCE.shape[1])
+                + 8 * C * normalize_first,
+                scale=1.0,
             )
 
 
@@ -756,7 +819,9 @@ def test_score_shapes_and_masks():
         assert np.all(weights[0, :, :, ~real_source[0]] == 0)
     for per_layer in scores.values():
         for weights in per_layer:
-            np.testing.assert_allclose(_np(weights).sum(-1), 1.0, atol=1e-5)
+            # The softmax's normalisation and this sum, over the keys.
+            keys = weights.shape[-1]
+            bounds.assert_close(_np(weights).sum(-1), 1.0, terms=2 * keys)
 
 
 def test_stacks_and_blocks_return_scores_too():

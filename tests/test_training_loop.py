@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -16,8 +17,7 @@ import pytest
 import tensorflow as tf
 
 import hparams
-from tests.harness import FLOAT32_EPS as EPS
-from tests.harness import loss_rtol
+from tests import bounds
 from tests.harness import uneven_translation_batches
 from tfattn import config
 from tfattn.training import run_dir
@@ -39,6 +39,19 @@ TEST_HPARAMS = config.parse_overrides(
 SCORED_HPARAMS = dataclasses.replace(
     TEST_HPARAMS, eval_every_steps=15, eval_sentences=8
 )
+# sacreBLEU's score from its counts: per order 100·c/t and its log (3
+# operations), the sum over the 4 orders (4), then the division by 4, the
+# exp and the brevity penalty's product (3).
+BLEU_TERMS = 10
+
+
+def loss_terms(labels, vocab_size):
+    """`bounds.assert_close` terms of a token-mean cross-entropy computed
+    in two summation orders: one log-softmax over `vocab_size` logits per
+    target token, then a sum over the batch's target tokens (labels != 0;
+    the largest batch when `labels` holds several, [count, rows, T])."""
+    tokens = int(np.max(np.sum(np.asarray(labels) > 0, axis=(-2, -1))))
+    return tokens + vocab_size
 
 
 def checkpoint_steps(model_dir):
@@ -141,12 +154,17 @@ def test_validation_bleu_is_greedy_bleu_of_the_first_pairs(trained):
         result.model, result.tokenizer, [s for s, _ in pairs], beam_size=1
     )
     expected = sacrebleu.corpus_bleu(hypotheses, [[r for _, r in pairs]])
-    assert result.validation_bleu == pytest.approx(expected.score, abs=1e-9)
+    # Float64 BLEU: its summed log-precisions are at most log 100, and the
+    # exp turns their rounding into a relative error of the score.
+    bounds.assert_close(result.validation_bleu, expected.score,
+                        terms=BLEU_TERMS, dtype="float64",
+                        scale=math.log(100.0) * expected.score)
     steps, values, _ = curves.read_scalars(
         os.path.join(model_dir, "train"), "validation_bleu"
     )
     assert steps.tolist() == [15, 30]
-    assert values[-1] == pytest.approx(expected.score, abs=1e-4)
+    # The summary holds the score rounded once to float32.
+    bounds.assert_close(values[-1], expected.score, terms=1)
 
 
 @pytest.mark.slow
@@ -465,12 +483,11 @@ def test_two_replicas_equal_one_device(tmp_path):
     double_losses, double_grads, _ = report["double"]
     labels = np.asarray(report["labels"])
     tokens = int(np.sum(labels > 0))
-    np.testing.assert_allclose(
-        single_losses, double_losses, rtol=loss_rtol(labels, 48)
-    )
+    bounds.assert_close(double_losses, single_losses,
+                        terms=loss_terms(labels, 48))
     # Each gradient entry sums one contribution per target token (more
     # terms inside each: sizes below 64), so its error is bounded by the
-    # token count times EPS times the largest gradient entry that flows
+    # token count times eps times the largest gradient entry that flows
     # into it (the model's largest: the key biases' gradients are zero in
     # exact arithmetic, softmax ignores them, and hold rounding noise of the
     # kernels' scale). Reading the update back from the weights adds one
@@ -479,13 +496,18 @@ def test_two_replicas_equal_one_device(tmp_path):
     assert gradient_scale > 1e-3  # a real update, not an empty batch
     whole = np.concatenate([np.ravel(g) for g in single_grads])
     halves = np.concatenate([np.ravel(g) for g in double_grads])
-    assert np.linalg.norm(whole - halves) <= tokens * EPS * np.linalg.norm(
-        whole
+    assert np.linalg.norm(whole - halves) <= bounds.bound(
+        tokens, np.linalg.norm(whole)
     )
+    # Entry by entry: `tokens` terms of the gradients' scale, then two
+    # roundings of the weights' (weights - update, read back): n·ε·S with
+    # S the terms' mean magnitude.
+    terms = tokens + 2
     for one, two, weights in zip(single_grads, double_grads, single_after):
-        weight_ulp = 2 * EPS * max(float(np.max(np.abs(weights))), 1e-30)
-        np.testing.assert_allclose(
-            two, one, rtol=0, atol=tokens * EPS * gradient_scale + weight_ulp
+        weight_scale = float(np.max(np.abs(weights)))
+        bounds.assert_close(
+            two, one, terms=terms,
+            scale=(tokens * gradient_scale + 2 * weight_scale) / terms,
         )
     # Adam's updated weights are not compared entry by entry: Adam divides
     # each update by the gradient's own magnitude, so rounding noise in an
@@ -610,10 +632,10 @@ def test_two_workers_match_one_worker_with_the_same_global_batch(tmp_path):
     # The loss curve of 2 workers x 4 rows = 1 worker x 8 rows, to float32
     # summation error (each worker sums its half, the all-reduce adds them).
     _, labels = uneven_translation_batches(count=3)
-    np.testing.assert_allclose(
+    bounds.assert_close(
         workers[0]["losses"],
         _one_device_losses(overrides),
-        rtol=loss_rtol(labels, 48),
+        terms=loss_terms(labels, 48),
     )
     # The cluster's `training.train` run: the same loss on both workers,
     # files written by the chief only, the workers' scratch space removed.
@@ -657,9 +679,8 @@ def test_xla_step_matches_the_plain_step():
     # (the key projection's bias has none: softmax ignores it) into
     # updates of +-lr that differ between any two compilations. XLA fuses
     # and orders the float32 sums its own way.
-    np.testing.assert_allclose(
-        results[1], results[0], rtol=loss_rtol(labels, 48)
-    )
+    bounds.assert_close(results[1], results[0],
+                        terms=loss_terms(labels, 48))
 
 
 class _FakeStrategy:
@@ -779,9 +800,8 @@ def test_restore_model_averages_the_last_checkpoints(trained, tmp_path):
             ],
             axis=0,
         )
-        np.testing.assert_allclose(
-            weight.numpy(), expected, rtol=1e-6, atol=1e-7
-        )
+        # A mean of two checkpoints: their sum, then a rounding to float32.
+        bounds.assert_close(weight.numpy(), expected, terms=2, err_msg=key)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import hparams
+from tests import bounds
 from tests import reference_numpy as ref
 from tests.harness import uneven_translation_batches
 from tfattn import config
@@ -57,11 +58,12 @@ def test_cross_entropy_objective_is_one_training_pass():
     sums = training_step.CrossEntropyObjective(HP)(model, inputs, labels)
     assert len(model.calls) == 1 and model.calls[0][1] is True
     keep = labels != 0
-    np.testing.assert_allclose(float(sums.tokens), keep.sum())
-    np.testing.assert_allclose(
+    assert float(sums.tokens) == keep.sum()  # a count: exact
+    # A log-softmax over the V classes, then a sum over the tokens.
+    bounds.assert_close(
         float(sums.loss) / keep.sum(),
         ref.smoothed_cross_entropy(logits, labels, HP.label_smoothing),
-        rtol=1e-5)
+        terms=V + int(keep.sum()))
 
 
 @pytest.mark.parametrize("alpha", [0.5, 5.0])
@@ -88,11 +90,13 @@ def test_rdrop_objective_matches_numpy(alpha):
     want = (0.5 * tokens * (ref.smoothed_cross_entropy(first, labels, eps)
                             + ref.smoothed_cross_entropy(second, labels, eps))
             + 0.5 * alpha * ref.symmetric_kl_sum(first, second, labels))
-    np.testing.assert_allclose(float(sums.loss), want, rtol=1e-5)
-    np.testing.assert_allclose(float(sums.tokens), tokens)
+    # The KL term's chain: a log-softmax over V, the sum over V, the sum
+    # over the tokens, then the three operations adding it to the CEs.
+    bounds.assert_close(float(sums.loss), want, terms=2 * V + int(tokens) + 3)
+    assert float(sums.tokens) == tokens  # counts: exact
     top = (np.take_along_axis(first, labels[..., None], -1)[..., 0]
            >= first.max(-1))
-    np.testing.assert_allclose(float(sums.correct), (top & keep).sum())
+    assert float(sums.correct) == (top & keep).sum()
 
 
 def test_rdrop_train_step_counts_the_batch_once_and_learns():
@@ -111,7 +115,11 @@ def test_rdrop_train_step_counts_the_batch_once_and_learns():
     first, second = np.split(trainer.model(doubled, training=True), 2)
     assert np.abs(first - second).max() > 0.1
     first, second = np.split(trainer.model(doubled, training=False), 2)
-    np.testing.assert_allclose(first, second, atol=1e-5)
+    # The same rows twice in one batch: the logits of one encoder and one
+    # decoder stack.
+    bounds.assert_close(first, second, terms=bounds.stack_terms(
+        2 * hp.num_layers, hp.num_units, hp.ffn_units,
+        max(v.shape[-1] for v in doubled.values()), 48))
 
     iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
     results = [trainer.train_step(iterator) for _ in range(25)]

@@ -19,7 +19,6 @@ from tfattn import training
 FLAGS = flags.FLAGS
 
 
-@pytest.mark.cpu_sensitive
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n")
@@ -37,7 +36,6 @@ def _hp(**overrides):
     )
 
 
-@pytest.mark.cpu_sensitive
 def test_a_cpu_without_bfloat16_dot_products_keeps_float32(monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("no measurement without the CPU flag")
@@ -54,7 +52,6 @@ def test_a_cpu_without_bfloat16_dot_products_keeps_float32(monkeypatch):
 @pytest.mark.parametrize(
     "speedup, policy", [(1.9, "mixed_bfloat16"), (1.05, None)]
 )
-@pytest.mark.cpu_sensitive
 def test_a_bfloat16_cpu_is_measured(monkeypatch, speedup, policy):
     seen = {}
 
@@ -121,7 +118,6 @@ def test_train_py_auto_passes_the_choice_to_training(
     )
 
 
-@pytest.mark.cpu_sensitive
 def test_the_probe_batch_stays_within_its_share_of_memory():
     hp = _hp()
     rows, length = precision.probe_batch(hp, 8000, 13.2, available=2**40)
@@ -143,7 +139,6 @@ def test_a_probe_that_cannot_fit_keeps_float32(monkeypatch):
     assert choice.policy is None and "not even one row" in choice.reason
 
 
-@pytest.mark.cpu_sensitive
 def test_a_probe_out_of_memory_keeps_float32(monkeypatch):
     def out_of_memory(*args):
         raise tf.errors.ResourceExhaustedError(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import bounds
 from tfattn.visualize.html import write_html
 
 SOURCE = [
@@ -27,6 +28,14 @@ S, T, H = len(SOURCE), len(TARGET), 3
 DATA_RE = re.compile(
     r'<script type="application/json" id="attn-data">(.*?)</script>', re.S
 )
+# The page prints each weight rounded to this many decimals (in its
+# shortest form: 0.25, 0 and 1 as ints).
+DECIMALS = 4
+
+
+def figures(weights):
+    """The page's weights as the figures they are: DECIMALS decimals."""
+    return [f"{x:.{DECIMALS}f}" for x in np.ravel(np.array(weights, float))]
 
 
 def softmax(shape, seed, causal=False):
@@ -73,7 +82,7 @@ def test_writes_one_self_contained_file(tmp_path):
     for kind, layers in scores.items():
         assert len(data["weights"][kind]) == len(layers)
         for got, want in zip(data["weights"][kind], layers):
-            np.testing.assert_allclose(np.array(got, float), want, atol=1e-3)
+            bounds.assert_printed(np.ravel(want), figures(got))
 
 
 def test_batch_axis_and_tensors_give_the_same_page(tmp_path):
@@ -89,7 +98,9 @@ def test_batch_axis_and_tensors_give_the_same_page(tmp_path):
     data = embedded(read(tensor_path))
     for kind, layers in scores.items():
         for got, want in zip(data["weights"][kind], layers):
-            np.testing.assert_allclose(np.array(got, float), want, atol=1e-3)
+            # The float32 tensors' rounding (1), then the printing.
+            bounds.assert_printed(np.ravel(want), figures(got),
+                                  dtype="float32")
 
 
 def test_only_present_kinds(tmp_path):

@@ -1,5 +1,6 @@
 """`MultiHeadAttention`: the paper's attention and both referenced versions."""
 
+import inspect
 import math
 
 import keras
@@ -445,7 +446,20 @@ class MultiHeadAttention(AttentionCacheMixin, keras.layers.Layer):
     def compute_output_spec(self, *args, **kwargs):
         # Traced from `call`, so that symbolic calls return the scores and
         # the cache too (`compute_output_shape` gives the output alone).
+        if not self.built:
+            self._build_from_call_arguments(args, kwargs)
         return keras_backend.compute_output_spec(self.call, *args, **kwargs)
+
+    def _build_from_call_arguments(self, args, kwargs):
+        """Builds from the shapes of a call's inputs, as Keras's `__call__`
+        does: each input `x` of `call` gives `build` its `x_shape` (so a
+        subclass with Keras's names, query/value/key, is built too)."""
+        bound = inspect.signature(self.call).bind_partial(*args, **kwargs)
+        wanted = inspect.signature(self.build).parameters
+        self.build(**{
+            f"{name}_shape": tuple(value.shape)
+            for name, value in bound.arguments.items()
+            if f"{name}_shape" in wanted and value is not None})
 
     def _check_shapes(self, queries_shape, keys_shape, values_shape):
         """Keys and values agree (Keras's check and message), ranks (3, or
