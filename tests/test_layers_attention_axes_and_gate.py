@@ -3,6 +3,10 @@ tfattn.MultiHeadAttention, against keras.layers.MultiHeadAttention with the
 same weights (loaded from Keras's layout by tests/harness.py), and NumPy
 for what Keras does not define (causality over several axes)."""
 
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from tests.harness import random_keras_attention
 from tests.harness import logit_scale
 
 H = 2
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _terms(layer, query, value):
@@ -119,6 +124,81 @@ def test_attention_axes_with_other_key_lengths_and_a_model():
     bounds.assert_close(model([query, value]), want, terms=terms)
     compiled = tf.function(model, jit_compile=True)
     bounds.assert_close(compiled([query, value]), want, terms=terms)
+
+
+# Keras's own `test_high_dim_attention` cases: the query's and value's
+# middle axes, the attention mask's (batch first), the attention axes. The
+# mask may have a lower rank than the scores [B, ..., H, q axes, k axes]:
+# it broadcasts from the right, as in Keras.
+KERAS_HIGH_DIM_CASES = [
+    ((3, 4), (3, 2), (4, 2), (2,)),
+    ((3, 4), (3, 2), (3, 4, 2), (2,)),
+    ((3, 4), (3, 2), (3, 2, 4, 2), (2,)),
+    ((3, 4), (3, 2), (3, 4, 3, 2), (1, 2)),
+    ((5, 3, 4), (5, 3, 2), (3, 4, 3, 2), (2, 3)),  # 5-D, mask of lower rank
+    ((5, 3, 4), (5, 3, 2), (5, 3, 4, 3, 2), (2, 3)),  # 5-D, full-rank mask
+]
+
+
+@pytest.mark.parametrize("q_dims, v_dims, mask_dims, axes",
+                         KERAS_HIGH_DIM_CASES)
+def test_high_rank_inputs_and_broadcast_masks_as_keras(q_dims, v_dims,
+                                                       mask_dims, axes):
+    """Each way Keras's tests reach the layer: an eager call, a fresh layer
+    built from shapes and then called, `compute_output_spec` on an unbuilt
+    layer, and a functional model of named inputs (query, value, mask) as
+    Keras 2's test built; every output Keras's layer's with the same
+    weights."""
+    batch, width = 3, 8
+    theirs, ours, query, value = _pair(
+        (batch,) + q_dims + (width,), value_shape=(batch,) + v_dims + (width,),
+        key_dim=2, attention_axes=axes)
+    mask = np.random.default_rng(4).random((batch,) + mask_dims) > 0.3
+    terms = _terms(ours, query, value)
+    got, _ = assert_same_attention(theirs, ours, query, value,
+                                   attention_mask=mask)
+    want = np.asarray(theirs(query, value, attention_mask=mask))
+    assert np.abs(got - np.asarray(ours(query, value))).max() > 1e-3
+
+    built = tfattn.MultiHeadAttention(num_heads=H, key_dim=2,
+                                      attention_axes=axes)
+    built.build(query.shape, value.shape)
+    built.set_weights(ours.get_weights())
+    bounds.assert_close(built(query, value, attention_mask=mask), want,
+                        terms=terms)
+    spec = tfattn.MultiHeadAttention(
+        num_heads=H, key_dim=2, attention_axes=axes).compute_output_spec(
+            keras.KerasTensor(query.shape), keras.KerasTensor(value.shape),
+            attention_mask=keras.KerasTensor(mask.shape, dtype="bool"))
+    assert tuple(spec.shape) == query.shape
+
+    inputs = [keras.Input(query.shape[1:], name="query"),
+              keras.Input(value.shape[1:], name="value"),
+              keras.Input(mask.shape[1:], name="mask", dtype="bool")]
+    model = keras.Model(inputs, ours(inputs[0], inputs[1],
+                                     attention_mask=inputs[2]))
+    bounds.assert_close(model.predict([query, value, mask], verbose=0),
+                        want, terms=terms)
+    everything = np.ones_like(mask)
+    bounds.assert_close(
+        model.predict([query, value, everything], verbose=0),
+        theirs(query, value, attention_mask=everything), terms=terms)
+
+
+@pytest.mark.slow
+def test_keras_own_high_dim_attention_tests_pass_through_the_adapter():
+    """Keras's own `test_high_dim_attention` (its run_layer_test: build,
+    symbolic, eager and mixed-precision calls) on tfattn through
+    tests/peers/keras_mha_adapter.py, run by tests/peers/run_keras_suite.py
+    as it runs the whole of Keras's suite (a process: slow)."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tests", "peers",
+                                      "run_keras_suite.py"),
+         "-k", "high_dim_attention"],
+        capture_output=True, text=True, timeout=600)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert summary.startswith(f"{len(KERAS_HIGH_DIM_CASES)} passed"), summary
 
 
 def test_attention_axes_keras_file_round_trip():

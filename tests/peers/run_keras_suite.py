@@ -1,6 +1,6 @@
 """Runs Keras's own MultiHeadAttention unit tests against tfattn.
 
-    python tests/peers/run_keras_suite.py
+    python tests/peers/run_keras_suite.py [PYTEST ARGS, e.g. -k high_dim]
 
 Copies the installed Keras's multi_head_attention_test.py into a temporary
 directory with a conftest.py that installs tests/peers/keras_mha_adapter.py,
@@ -26,7 +26,7 @@ SUITE = os.path.join(
 )
 
 
-def main():
+def main(pytest_args=()):
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(SUITE, os.path.join(tmp, "test_keras_mha.py"))
         with open(os.path.join(tmp, "conftest.py"), "w") as f:
@@ -46,6 +46,7 @@ def main():
                 "ignore",
                 "-rf",
                 "test_keras_mha.py",
+                *pytest_args,
             ],
             cwd=tmp,
         )
@@ -53,4 +54,4 @@ def main():
 
 if __name__ == "__main__":
     print(f"Keras {keras.__version__}: {SUITE}")
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
