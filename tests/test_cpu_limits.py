@@ -136,6 +136,12 @@ def test_the_beyond_avx2_command_answers_by_exit_status():
     assert result.stdout.startswith("beyond AVX2: ")
 
 
+def test_a_test_named_for_float16_is_marked_half_precision(request):
+    # tests/conftest.py marks by name: this test is its own example (and
+    # the one the next test sees deselected).
+    assert request.node.get_closest_marker("half_precision") is not None
+
+
 def test_the_suite_deselects_half_precision_tests_under_the_limits(
         tmp_path):
     # (Where nothing is left out, `excluded_here` says so above.)
@@ -145,10 +151,11 @@ def test_the_suite_deselects_half_precision_tests_under_the_limits(
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q",
          "-p", "no:cacheprovider", "-p", "no:xdist",
-         "tests/test_layers_quantization_and_policies.py"],
+         "tests/test_cpu_limits.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:]
     listed = result.stdout
-    assert "test_a_dtype_policy_map_reaches_each_projection" not in listed
+    assert "test_a_test_named_for_float16_is_marked_half_precision" \
+        not in listed
     assert "1 deselected" in listed, listed[-2000:]
-    assert "test_int8_attention_saves_and_reloads" in listed  # kept
+    assert "test_every_exclusion_says_why" in listed  # the rest is kept
