@@ -127,11 +127,16 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     assert cpu_limits.cpu_flags(str(tmp_path / "missing")) == set()
 
 
-def test_the_beyond_avx2_command_answers_by_exit_status():
+@pytest.mark.parametrize("limited", [False, True])
+def test_the_beyond_avx2_command_answers_by_exit_status(limited):
+    env = {k: v for k, v in os.environ.items() if k not in AVX2_LIMITS}
+    if limited:
+        env.update(AVX2_LIMITS)
     result = subprocess.run(
         [sys.executable, "-m", "tests.cpu_limits", "--beyond-avx2"],
-        cwd=REPO, capture_output=True, text=True, timeout=60)
-    want = 0 if cpu_limits.beyond_avx2() else 1
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    # Under the limits already, there is nothing left to take away.
+    want = 0 if cpu_limits.beyond_avx2() and not limited else 1
     assert result.returncode == want, result.stdout + result.stderr
     assert result.stdout.startswith("beyond AVX2: ")
 
