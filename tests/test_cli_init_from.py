@@ -1,8 +1,10 @@
 """train.py --init_from: fine-tuning a pretrained checkpoint (a tiny random
 Marian and GPT-2 directory, tests/marian_fixtures.py and
 tests/gpt2_fixtures.py) on text files, resuming, evaluating and exporting
-the run, and the refusals, each one line naming the flag. BERT's are in
-tests/test_cli_init_from_bert.py."""
+the run (the SavedModel exports, which keep the checkpoint's tokenizer in
+the graph, against the Python path: tests/test_export_pretrained.py's
+contract, checked on these runs' exports), and the refusals, each one line
+naming the flag. BERT's are in tests/test_cli_init_from_bert.py."""
 
 import json
 import os
@@ -15,7 +17,10 @@ from tests import gpt2_fixtures as gfx
 from tests import marian_fixtures as mfx
 from tests.test_cli_train import saved_flags  # noqa: F401 (autouse)
 from tests.test_cli_train_errors import _main
+from tests.test_export_pretrained import PROMPTS
+from tests.test_export_pretrained import SENTENCES
 from tests.test_export_pretrained import _python_translations
+from tfattn.decoding import lm_evaluation
 from tfattn.export import load_language_model
 from tfattn.export import load_translator
 from tfattn.interop import pretrained
@@ -55,36 +60,46 @@ def _weights_apart(model, other):
 
 
 @pytest.mark.slow
-def test_marian_fine_tunes_resumes_and_exports(sources, tmp_path):
+def test_marian_fine_tunes_resumes_evaluates_and_exports(sources, tmp_path,
+                                                         capsys):
+    """Trains from the checkpoint, then resumes, evaluates and exports in
+    one invocation; the export (a pretrained checkpoint's model, its
+    tokenizer in the graph) translates as the Python path does."""
     marian, _, prefix = sources
     model_dir = str(tmp_path / "run")
     status, line = _main(f"--init_from={marian}", "--hparams=tiny",
                          *_translation(prefix), "--train_steps=3",
-                         "--mixed_precision=off", f"--model_dir={model_dir}")
+                         "--mixed_precision=off", "--mode=train",
+                         f"--model_dir={model_dir}")
     assert status == 0, line
     saved = run_dir.load_saved_hparams(model_dir)
     checkpoint, tokenizer = pretrained.load(marian)
     assert (saved.num_layers, saved.num_units, saved.num_heads,
             saved.ffn_units, saved.vocab_size) == (2, 32, 4, 64, 106)
-    # Resumed without --init_from: the run directory holds the tokenizer.
+    # Resumed without --init_from (the run directory holds the tokenizer),
+    # then evaluated and exported in the same invocation.
     status, line = _main(f"--model_dir={model_dir}", *_translation(prefix),
-                         "--train_steps=4")
+                         "--train_steps=4", "--mode=all")
     assert status == 0, line
+    out = capsys.readouterr().out
+    assert "BLEU on the test split" in out
     model, restored, _ = run_dir.restore_model(model_dir)
     assert type(restored).__name__ == "MarianTokenizer"
+    assert run_dir.load_saved_hparams(model_dir).train_steps == 4
     # Fine-tuned from the checkpoint (4 tiny warm-up steps), not random.
     assert 0 < _weights_apart(model, checkpoint) < 0.01
-    status, line = _main("--mode=export", f"--model_dir={model_dir}",
-                         *_translation(prefix))
-    assert status == 0, line
     served = load_translator(os.path.join(model_dir, "export")).translate(
-        EN[:3])
+        SENTENCES)
     extra = saved.decode_extra_length
-    assert served == _python_translations(model, restored, EN[:3], extra)
+    assert served == _python_translations(model, restored, SENTENCES, extra)
+    assert any(served)  # Something was translated, not only "".
 
 
 @pytest.mark.slow
 def test_gpt2_fine_tunes_evaluates_and_exports(sources, tmp_path, capsys):
+    """Trains, evaluates and exports in one invocation; the export (a
+    pretrained checkpoint's model, its tokenizer in the graph) continues
+    prompts as the Python path does."""
     _, gpt2, prefix = sources
     model_dir = str(tmp_path / "run")
     status, line = _main(f"--init_from={gpt2}", "--hparams=gpt_tiny",
@@ -98,7 +113,12 @@ def test_gpt2_fine_tunes_evaluates_and_exports(sources, tmp_path, capsys):
     saved = run_dir.load_saved_hparams(model_dir)
     assert saved.vocab_size == pretrained.load(gpt2)[1].vocab_size
     served = load_language_model(os.path.join(model_dir, "export"))
-    assert len(served.continue_details(["The cat"]).continuations) == 1
+    details = served.continue_details(PROMPTS)
+    assert len(details.continuations) == len(PROMPTS)
+    model, restored, _ = run_dir.restore_model(model_dir)
+    python = lm_evaluation.continue_texts(
+        model, restored, PROMPTS, max_new_tokens=saved.decode_extra_length)
+    assert [p + c for p, c in zip(PROMPTS, details.continuations)] == python
 
 
 def _refused(sources, tmp_path, *args):

@@ -48,19 +48,34 @@ def marian_model(tmp_path_factory):
     return marian.from_huggingface(directory)
 
 
+@pytest.fixture(scope="module")
+def marian_translator(marian_model, tmp_path_factory):
+    """The CTranslate2 export of `marian_model` with the default decoding
+    settings, loaded (tests only read it)."""
+    model, tokenizer = marian_model
+    return ct2_export.load_ctranslate2(ct2_export.to_ctranslate2(
+        model, tokenizer, tmp_path_factory.mktemp("marian") / "ct2"))
+
+
 def _tfattn_greedy(model, tokenizer, texts, extra_length):
     """tfattn's greedy translations of `texts`, one row at a time, on the
-    ids of the Python tokenizer (transformers' `MarianTokenizer`'s)."""
+    ids of the Python tokenizer (transformers' `MarianTokenizer`'s), each
+    cut at its own limit (its source's length + `extra_length`). Greedy's
+    first n tokens do not depend on a limit beyond n: every row searches
+    to the longest limit, from its source right-padded with 0 to the
+    longest (padding changes no output), so that the search compiles
+    once, not once per text."""
+    sources = [tokenizer.encode(text) for text in texts]
+    width = max(map(len, sources))
     outputs = []
-    for text in texts:
-        source = tokenizer.encode(text)
+    for source in sources:
         if len(source) == 1:  # No pieces: the contract's "".
             outputs.append("")
             continue
-        ids, _ = model.generate(np.array([source], "int32"),
-                                max_new_tokens=len(source) + extra_length,
+        padded = np.array([source + [0] * (width - len(source))], "int32")
+        ids, _ = model.generate(padded, max_new_tokens=width + extra_length,
                                 sampler="greedy", jit_compile=False)
-        row = np.asarray(ids)[0].tolist()
+        row = np.asarray(ids)[0].tolist()[:len(source) + extra_length]
         outputs.append(tokenizer.decode(row[:row.index(EOS_ID)]
                                         if EOS_ID in row else row))
     return outputs
@@ -80,10 +95,10 @@ def test_marian_translator_gives_tfattns_greedy_translations(
     assert len(set(got)) > 2  # Outputs depend on the text.
 
 
-def test_marian_language_code_is_one_token(marian_model, tmp_path):
-    model, tokenizer = marian_model
-    translator = ct2_export.load_ctranslate2(ct2_export.to_ctranslate2(
-        model, tokenizer, tmp_path / "ct2"))
+def test_marian_language_code_is_one_token(marian_model,
+                                           marian_translator):
+    _, tokenizer = marian_model
+    translator = marian_translator
     pieces, truncated = translator.tokenize([">>fra<< Le chat"])
     assert pieces[0][0] == ">>fra<<" and truncated == [False]
     vocab = json.loads(tokenizer.files["vocab.json"])
@@ -146,21 +161,26 @@ def test_another_tokenizer_is_refused_by_name(marian_model, tmp_path):
     assert not os.path.exists(tmp_path / "ct2")
 
 
-def test_marian_beam_search_equals_ctranslate2s(marian_model, tmp_path):
+def test_marian_beam_search_equals_ctranslate2s(marian_model,
+                                                marian_translator):
     """Beam 4 at length penalty 0 (where both engines rank by the sum of
     log-probabilities): the best hypothesis of every row that ends in
     `</s>` is CTranslate2's. A row that reaches the length limit unfinished
-    may differ: the engines choose among unfinished beams differently."""
+    may differ: the engines choose among unfinished beams differently.
+    Every text has the same limit (the longest source's length + 6) and
+    its source right-padded with 0 to the longest (padding changes no
+    output: `generate` pads each source to its bucket itself), so that
+    tfattn's search compiles once, not once per text."""
     model, tokenizer = marian_model
-    translator = ct2_export.load_ctranslate2(ct2_export.to_ctranslate2(
-        model, tokenizer, tmp_path / "ct2"))
+    translator = marian_translator
     beam = samplers.BeamSampler(beam_size=4, alpha=0.0)
     texts = marian_fx.SAMPLE[:-1] + marian_fx.TARGET_TEXTS
+    width = max(len(tokenizer.encode(text)) for text in texts)
+    limit = width + 6
     for text in texts:
         source = tokenizer.encode(text)
-        limit = len(source) + 6
-        ids, _ = model.generate(np.array([source], "int32"),
-                                max_new_tokens=limit, sampler=beam,
+        padded = np.array([source + [0] * (width - len(source))], "int32")
+        ids, _ = model.generate(padded, max_new_tokens=limit, sampler=beam,
                                 jit_compile=False)
         row = np.asarray(ids)[0].tolist()
         assert EOS_ID in row, text  # The case this test covers.

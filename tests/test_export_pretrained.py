@@ -3,7 +3,12 @@ tokenizer in the graph (`tfattn.export.saved_model.graph_tokenizer`): a
 Marian (OPUS-MT) translator and a GPT-2 language model, each read from a
 tiny random checkpoint directory (tests/marian_fixtures.py,
 tests/gpt2_fixtures.py), give through their signatures what the Python
-path gives with the same tokenizer."""
+path gives with the same tokenizer. The two exports are checked on the
+exports of tests/test_cli_init_from.py's end-to-end runs (slow tier),
+which fine-tune these checkpoints and export them (`export_translator`,
+`export_language_model`), against `_python_translations` below and
+`lm_evaluation.continue_texts` on `SENTENCES` and `PROMPTS`: one export
+of each, not two; the tokenizers' graph side is checked here."""
 
 import numpy as np
 import pytest
@@ -11,13 +16,8 @@ import tensorflow as tf
 
 from tests import gpt2_fixtures as gfx
 from tests import marian_fixtures as mfx
-from tfattn.decoding import lm_evaluation
 from tfattn.decoding import samplers
 from tfattn.decoding import translate
-from tfattn.export import export_language_model
-from tfattn.export import export_translator
-from tfattn.export import load_language_model
-from tfattn.export import load_translator
 from tfattn.export.saved_model import graph_tokenizer
 from tfattn.interop import pretrained
 
@@ -52,29 +52,6 @@ def _python_translations(model, tokenizer, texts, extra_length):
     empty = translate.empty_source_rows(source).numpy()
     return ["" if blank else tokenizer.decode(row)
             for row, blank in zip(np.asarray(ids), empty)]
-
-
-@pytest.mark.slow
-def test_marian_translator_signature_is_the_python_path(marian_dir,
-                                                        tmp_path):
-    model, tokenizer = pretrained.load(marian_dir)
-    export_dir = export_translator(model, tokenizer, str(tmp_path / "m"),
-                                   beam_size=1, extra_length=6)
-    served = load_translator(export_dir).translate(SENTENCES)
-    assert served == _python_translations(model, tokenizer, SENTENCES, 6)
-    assert any(served)  # Something was translated, not only "".
-
-
-@pytest.mark.slow
-def test_gpt2_language_model_signature_is_the_python_path(gpt2_dir,
-                                                          tmp_path):
-    model, tokenizer = pretrained.load(gpt2_dir)
-    export_dir = export_language_model(model, tokenizer, str(tmp_path / "g"),
-                                       max_new_tokens=5)
-    served = load_language_model(export_dir).continue_details(PROMPTS)
-    python = lm_evaluation.continue_texts(model, tokenizer, PROMPTS,
-                                          max_new_tokens=5)
-    assert [p + c for p, c in zip(PROMPTS, served.continuations)] == python
 
 
 def test_graph_tokenizer_keeps_a_pretrained_tokenizer(gpt2_dir):

@@ -62,6 +62,14 @@ def source(tmp_path_factory):
     return hub, preset, hf, sharded, len(vocab)
 
 
+@pytest.fixture(scope="module")
+def preset_model(source):
+    """(tfattn's model, its tokenizer) read from the keras-hub preset, for
+    the tests that only read them (generate keeps its compiled searches on
+    the model, so tests of the same shapes share them)."""
+    return gpt2.from_keras_hub(source[1])
+
+
 def _prompts(n):
     """Two GPT-2 prompts of equal length, starting with <|endoftext|>."""
     rng = np.random.default_rng(0)
@@ -94,9 +102,9 @@ def _assert_equal_logits(ours, theirs, n):
 # --------------------------------------------------------------------------
 # Equal to keras-hub.
 
-def test_keras_hub_preset_gives_keras_hub_logits(source):
-    hub, preset, _, _, n = source
-    model, tokenizer = gpt2.from_keras_hub(preset)
+def test_keras_hub_preset_gives_keras_hub_logits(source, preset_model):
+    hub, _, _, _, n = source
+    model, tokenizer = preset_model
     assert tokenizer.vocab_size == model.vocab_size == n + 3
     ids = _prompts(n)
     _assert_equal_logits(_ours(model, ids, n), _hub_logits(hub, ids), n)
@@ -131,12 +139,12 @@ def _keras_hub_continuations(preset, ids, new, sampler):
                            stop_token_ids=None)["token_ids"][:, ids.shape[1]:]
 
 
-def test_greedy_continuations_are_keras_hubs(source):
+def test_greedy_continuations_are_keras_hubs(source, preset_model):
     import keras_hub
 
     _, preset, _, _, n = source
-    model, _ = gpt2.from_keras_hub(preset)
-    ids, new = _prompts(n), 12
+    model, _ = preset_model
+    ids, new = _prompts(n), 8  # test_beam_search_is_keras_hubs' shapes
     out = _keras_hub_continuations(preset, ids, new,
                                    keras_hub.samplers.GreedySampler())
     ours, _ = model.generate(to_tfattn_ids(ids, n - 1), max_new_tokens=new,
@@ -145,14 +153,14 @@ def test_greedy_continuations_are_keras_hubs(source):
     assert len(set(out.ravel().tolist())) > 2  # not one repeated token
 
 
-def test_beam_search_is_keras_hubs(source):
+def test_beam_search_is_keras_hubs(source, preset_model):
     """Beam 3 over fixed-length continuations (no stop token), where both
     searches rank by the sum of log-probabilities (tfattn's length penalty
     0): the best continuation of every row is keras-hub's."""
     import keras_hub
 
     _, preset, _, _, n = source
-    model, _ = gpt2.from_keras_hub(preset)
+    model, _ = preset_model
     ids, new = _prompts(n), 8
     out = _keras_hub_continuations(preset, ids, new,
                                    keras_hub.samplers.BeamSampler(3))
@@ -165,9 +173,8 @@ def test_beam_search_is_keras_hubs(source):
     assert (np.asarray(greedy) != np.asarray(ours)).any()  # beam mattered
 
 
-def test_generation_stops_at_end_of_text(source):
-    _, preset, _, _, n = source
-    model, _ = gpt2.from_keras_hub(preset)
+def test_generation_stops_at_end_of_text(preset_model):
+    model, _ = preset_model
     ids, _ = model.generate([[2, 10, 11], [2, 200, 3]], max_new_tokens=16,
                             sampler="random", jit_compile=False)
     # The added ids are never emitted; a row stops after GPT-2's
@@ -213,11 +220,11 @@ def test_huggingface_round_trip_is_exact_and_keras_hub_reads_it(
 
 
 def test_keras_hub_round_trip_is_exact_and_keras_hub_reads_it(
-        source, tmp_path):
+        source, preset_model, tmp_path):
     import keras_hub
 
-    hub, preset, _, _, n = source
-    model, tokenizer = gpt2.from_keras_hub(preset)
+    hub, _, _, _, n = source
+    model, tokenizer = preset_model
     out = str(tmp_path / "preset")
     gpt2.to_keras_hub(model, tokenizer, out)
     back, _ = gpt2.from_keras_hub(out)

@@ -3,7 +3,8 @@ file under TensorFlow and again under JAX).
 
 References, all independent of the code under test's cache and loop:
 - generation against the uncached full forward pass re-run on the whole
-  prefix at every step (greedy: its argmax chain; scores: its log-probs),
+  prefix at every step (each step's prefix a row of one batch; greedy: its
+  argmax chain; scores: its log-probs), in every flavour,
   so the prefill, the left padding of short prompts and the per-row
   positions are checked against the plain model;
 - the samplers against NumPy: the top-k and nucleus sets from a full sort
@@ -62,46 +63,61 @@ def score_terms(lm, steps):
     return lm_terms(lm, lm.max_length) + steps
 
 
-def _log_probs(lm, prefix):
-    """(log-softmax (float64) of the full forward pass at the prefix's last
-    position, padding excluded as `generate` excludes it; the largest
-    |logit| there, the scale of the log-probabilities' rounding). The
-    prefix sits in a fixed buffer padded after it (causal attention keeps
-    the padding out of the prefix's positions), so every call has one
-    shape."""
-    buffer = np.zeros((1, lm.max_length), "int32")
-    buffer[0, :len(prefix)] = prefix
-    logits = _np(lm(buffer))[0, len(prefix) - 1].astype(np.float64)
-    logits[0] = -np.inf
-    top = logits.max()
-    magnitude = np.abs(logits[1:]).max()
-    return logits - top - np.log(np.sum(np.exp(logits - top))), magnitude
+def _log_probs(lm, prefixes):
+    """For each prefix: (the log-softmax (float64) of the full forward pass
+    at its last position, padding excluded as `generate` excludes it; the
+    largest |logit| there, the scale of the log-probabilities' rounding).
+    Each prefix sits in its own row of a fixed buffer padded after it
+    (causal attention keeps the padding out of the prefix's positions), so
+    every row has one shape; the rows run as one batch (one forward pass
+    for a whole chain of prefixes)."""
+    buffer = np.zeros((len(prefixes), lm.max_length), "int32")
+    for row, prefix in enumerate(prefixes):
+        buffer[row, :len(prefix)] = prefix
+    every = _np(lm(buffer)).astype(np.float64)
+    out = []
+    for row, prefix in enumerate(prefixes):
+        logits = every[row, len(prefix) - 1]
+        logits[0] = -np.inf
+        top = logits.max()
+        magnitude = np.abs(logits[1:]).max()
+        out.append((logits - top - np.log(np.sum(np.exp(logits - top))),
+                    magnitude))
+    return out
 
 
-def naive_greedy(lm, prompt, steps, stop=3):
-    """(tokens, score, scale): the score's scale is the sum over the steps
-    of the logits' magnitudes (each step's log-probability rounds at its
-    logits' scale)."""
+def naive_greedy(lm, prompt, emitted, stop=3):
+    """(tokens, score, scale) of the uncached argmax chain after `prompt`,
+    its step t on the prefix `prompt + emitted[:t]` (`emitted`: the tokens
+    under test), so that all its steps run in one batched forward pass.
+    The chain runs `len(emitted)` steps, ends at `stop`, or ends with the
+    first argmax that leaves `emitted` (the caller's comparison of the two
+    then fails there). The score's scale is the sum over the steps of the
+    logits' magnitudes (each step's log-probability rounds at its logits'
+    scale)."""
+    emitted = list(emitted)
     tokens, score, scale = [], 0.0, 0.0
-    for _ in range(steps):
-        lp, magnitude = _log_probs(lm, list(prompt) + tokens)
+    steps = _log_probs(lm, [list(prompt) + emitted[:t]
+                            for t in range(len(emitted))])
+    for t, (lp, magnitude) in enumerate(steps):
         token = int(np.argmax(lp))
         assert np.sort(lp)[-1] - np.sort(lp)[-2] > 1e-3  # no near-tie
         tokens.append(token)
         score += lp[token]
         scale += magnitude
-        if token == stop:
+        if token == stop or token != emitted[t]:
             break
     return tokens, score, scale
 
 
 def _rescore(lm, prompt, tokens):
-    """(score, scale) of `tokens` after `prompt` by the full forward pass,
-    the scale as `naive_greedy`'s."""
+    """(score, scale) of `tokens` after `prompt` by the full forward pass
+    (one batched pass over the prefixes), the scale as `naive_greedy`'s."""
     score, scale = 0.0, 0.0
-    for t in range(len(tokens)):
-        lp, magnitude = _log_probs(lm, list(prompt) + tokens[:t])
-        score += lp[tokens[t]]
+    steps = _log_probs(lm, [list(prompt) + list(tokens[:t])
+                            for t in range(len(tokens))])
+    for token, (lp, magnitude) in zip(tokens, steps):
+        score += lp[token]
         scale += magnitude
     return score, scale
 
@@ -110,16 +126,46 @@ def _rescore(lm, prompt, tokens):
     ("paper", None), ("paper", False), ("reference_2019", None),
     ("reference_2017", None),
 ])
-def test_greedy_equals_the_uncached_argmax_chain(flavor, normalize_first):
-    lm = tiny_lm(seed=1, flavor=flavor, normalize_first=normalize_first)
-    ids, scores = lm.generate(PROMPTS, max_new_tokens=6)
+def test_greedy_and_beam_equal_the_full_forward_pass_in_every_flavour(
+        lm, flavor, normalize_first):
+    """Greedy is the uncached argmax chain, and beam search's scores are
+    the full forward pass's (at length penalty 0, at least greedy's), in
+    each flavour. The default one ("paper" pre-norm) is the module's `lm`,
+    searched under XLA (generate's default); the others change the model's
+    layers, not the search, and search in the plain graph (one XLA compile
+    less each). Both paths are held to the same reference here; XLA's
+    draws at T = 1e-45 are the plain graph's greedy in
+    tests/test_decoding_samplers.py; under JAX, which CI runs this file on
+    too, every flavour compiles."""
+    default = (flavor, normalize_first) == ("paper", None)
+    model = lm if default else tiny_lm(
+        seed=1, flavor=flavor, normalize_first=normalize_first)
+    ids, scores = model.generate(PROMPTS, max_new_tokens=6,
+                                 jit_compile=default)
     assert ids.shape == (3, 6) and ids.dtype == np.int32
+    terms = score_terms(model, 6)
     for row, prompt in enumerate(PROMPTS):
-        want, want_score, scale = naive_greedy(lm, prompt, 6)
         got = ids[row].tolist()
-        assert got[:len(want)] == want and not any(got[len(want):])
-        bounds.assert_close(scores[row], want_score,
-                            terms=score_terms(lm, 6), scale=scale)
+        want, want_score, scale = naive_greedy(model, prompt, got)
+        assert got[:len(want)] == want and not any(got[len(want):]), (
+            "greedy is not the argmax chain", row)
+        bounds.assert_close(scores[row], want_score, terms=terms,
+                            scale=scale, err_msg="greedy's score")
+    beam, beam_scores = model.generate(
+        PROMPTS, 6, sampler=samplers.BeamSampler(3, 0.0),
+        jit_compile=default)
+    for row, prompt in enumerate(PROMPTS):
+        tokens = [t for t in beam[row].tolist() if t]
+        want, beam_scale = _rescore(model, prompt, tokens)
+        bounds.assert_close(beam_scores[row], want, terms=terms,
+                            scale=beam_scale, err_msg="beam's score")
+        # alpha=0 ranks by log-prob: the best beam is at least greedy's, up
+        # to the rounding of both scores.
+        _, greedy_scale = _rescore(
+            model, prompt, [t for t in ids[row].tolist() if t])
+        assert beam_scores[row] >= scores[row] - (
+            bounds.bound(terms, beam_scale)
+            + bounds.bound(terms, greedy_scale)), ("beam below greedy", row)
 
 
 def test_logits_ignore_the_future(lm):
@@ -183,31 +229,17 @@ def test_strip_prompt_false_returns_prompt_then_continuation(lm):
         assert not full[row, n + 4:].any()
 
 
-def test_beam_sampler_scores_are_full_forward_scores(lm):
-    ids, scores = lm.generate(PROMPTS, 5, sampler=samplers.BeamSampler(3, 0.0))
-    greedy, greedy_scores = lm.generate(PROMPTS, 5)
-    terms = score_terms(lm, 5)
-    for row, prompt in enumerate(PROMPTS):
-        tokens = [t for t in ids[row].tolist() if t]
-        want, scale = _rescore(lm, prompt, tokens)
-        bounds.assert_close(scores[row], want, terms=terms, scale=scale)
-        # alpha=0 ranks by log-prob: the best beam is at least greedy's, up
-        # to the rounding of both scores.
-        _, greedy_scale = _rescore(
-            lm, prompt, [t for t in greedy[row].tolist() if t])
-        assert scores[row] >= greedy_scores[row] - (
-            bounds.bound(terms, scale) + bounds.bound(terms, greedy_scale))
-
-
 def test_a_second_call_with_the_same_buckets_does_not_trace(lm):
-    lm.generate([[5, 6, 7]], 5)
+    # PROMPTS' buckets (3 rows, prefill 8, buffer 8), which other tests of
+    # this module's `lm` compile too.
+    lm.generate(PROMPTS, 5)
     traces = lm.generate_traces
-    lm.generate([[9, 8, 7]], 5)  # same shapes
-    lm.generate([[9, 8, 7, 6, 5]], 5)  # another length, same bucket
-    lm.generate([[9, 8, 7]], 7)  # another max_new_tokens, same bucket
-    lm.generate([[9, 8, 7]], 5, seed=3)  # the seed is an input
+    lm.generate([p[::-1] for p in PROMPTS], 5)  # same shapes
+    lm.generate([[9, 8, 7], [4], [6, 5]], 5)  # other lengths, same bucket
+    lm.generate(PROMPTS, 7)  # another max_new_tokens, same bucket
+    lm.generate(PROMPTS, 5, seed=3)  # the seed is an input
     assert lm.generate_traces == traces
-    lm.generate([[9, 8, 7] * 4], 5)  # a longer bucket traces once
+    lm.generate([[9, 8, 7] * 4, [4], [7]], 5)  # a longer bucket traces once
     assert lm.generate_traces == traces + 1
 
 
@@ -255,7 +287,8 @@ def test_untied_head_and_learned_positions():
     assert lm.output_dense is not None
     ids, scores = lm.generate(PROMPTS[:2], 4)
     for row, prompt in enumerate(PROMPTS[:2]):
-        want, want_score, scale = naive_greedy(lm, prompt, 4)
+        want, want_score, scale = naive_greedy(lm, prompt,
+                                               ids[row].tolist())
         assert ids[row, :len(want)].tolist() == want
         bounds.assert_close(scores[row], want_score,
                             terms=score_terms(lm, 4), scale=scale)

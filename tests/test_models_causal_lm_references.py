@@ -1,20 +1,17 @@
 """`tfattn.models.CausalLM` against independent references: its forward
-pass against NumPy from the formulas (`tests/reference_numpy_lm.py`), beam
-search in every flavour against full-forward rescoring, and the
-generation defaults (on any backend: CI runs this file under JAX too)."""
+pass against NumPy from the formulas (`tests/reference_numpy_lm.py`), and
+the generation defaults (on any backend: CI runs this file under JAX too).
+Greedy and beam search in every flavour against the full forward pass are
+in tests/test_models_causal_lm.py (one model per flavour for both)."""
 
 import keras
 import numpy as np
 import pytest
 
 from tests import bounds
-from tests.test_models_causal_lm import PROMPTS
 from tests.test_models_causal_lm import _np
-from tests.test_models_causal_lm import _rescore
 from tests.test_models_causal_lm import lm_terms
-from tests.test_models_causal_lm import score_terms
 from tests.test_models_causal_lm import tiny_lm
-from tfattn.decoding import samplers
 from tfattn.models.causal_lm import CausalLM
 
 
@@ -84,28 +81,6 @@ def test_forward_pass_equals_numpy_from_the_formulas(kwargs):
     bounds.assert_close(got[real], want[real],
                         terms=lm_terms(lm, ids.shape[1]))
     assert np.abs(want[real]).max() > 0.5  # not a vacuous comparison
-
-
-@pytest.mark.parametrize("flavor, normalize_first", [
-    ("paper", None), ("paper", False), ("reference_2019", None),
-    ("reference_2017", None),
-])
-def test_beam_search_scores_are_full_forward_scores_in_every_flavour(
-        flavor, normalize_first):
-    model = tiny_lm(seed=2, flavor=flavor, normalize_first=normalize_first)
-    ids, scores = model.generate(PROMPTS, 5,
-                                 sampler=samplers.BeamSampler(3, 0.0))
-    greedy, greedy_scores = model.generate(PROMPTS, 5)
-    terms = score_terms(model, 5)
-    for row, prompt in enumerate(PROMPTS):
-        tokens = [t for t in ids[row].tolist() if t]
-        want, scale = _rescore(model, prompt, tokens)
-        bounds.assert_close(scores[row], want, terms=terms, scale=scale)
-        # At least greedy's score, up to the rounding of both scores.
-        _, greedy_scale = _rescore(
-            model, prompt, [t for t in greedy[row].tolist() if t])
-        assert scores[row] >= greedy_scores[row] - (
-            bounds.bound(terms, scale) + bounds.bound(terms, greedy_scale))
 
 
 def test_generate_compiles_with_xla_by_default():
