@@ -8,8 +8,21 @@ from the formulas: softmax((log_probs - best) / T) over the unmasked
 tokens, the k largest for top-k, the sorted-cumulative-sum nucleus for
 top-p (Holtzman et al., 2020). Frequencies are held to a 5-sigma binomial
 bound; padding must be drawn zero times; the low end must be greedy row for
-row. Each draw runs eagerly and compiled (XLA under TensorFlow, `jax.jit`
-under JAX).
+row. Each setting draws eagerly, and the extremes compiled too (XLA under
+TensorFlow, `jax.jit` under JAX): one compiled program per temperature
+holds the six samplers (`compiled_choices`), and every compiled draw
+feeds it the same [DRAWS, VOCAB] shape, so each compiles once.
+
+`generate` compiles once per model, bucketed shapes and settings (samplers
+are equal by their settings; `generate_traces` counts the compilations):
+the tests below share one prompt batch, one output length and one stop
+setting per model, so that calls with equal settings share a compiled
+search. They run the plain graph (`jit_compile=False`) unless XLA is the
+point; the XLA path is compared with it in
+`test_generate_at_tiny_temperature_is_greedy` (XLA draws at T = 1e-45
+against plain greedy) and, for translation, in
+`test_translation_at_tiny_temperature_is_greedy`; XLA draws at T = 1e10 in
+`test_generate_at_huge_temperature_never_emits_padding`.
 """
 
 import keras
@@ -60,11 +73,27 @@ def _compiled(function):
     return function
 
 
-def choose(sampler, log_probs, seed, compiled):
-    function = sampler.choose
+_COMPILED = {}
+
+
+def compiled_choices(temperature):
+    """One compiled program (per temperature, made once) that draws with
+    all six SAMPLERS: log_probs [DRAWS, VOCAB], seed -> {name: tokens}.
+    Each sampler's draw is its own output, as if compiled alone."""
+    if temperature not in _COMPILED:
+        made = {name: make(temperature) for name, make in SAMPLERS.items()}
+        _COMPILED[temperature] = _compiled(lambda lp, s: {
+            name: sampler.choose(lp, s) for name, sampler in made.items()})
+    return _COMPILED[temperature]
+
+
+def choose(name, temperature, log_probs, seed, compiled):
+    """SAMPLERS[name](temperature).choose, eagerly or compiled."""
+    seed = ops.convert_to_tensor(seed, "int32")
     if compiled:
-        function = _compiled(lambda lp, s: sampler.choose(lp, s))
-    return _np(function(log_probs, ops.convert_to_tensor(seed, "int32")))
+        assert tuple(log_probs.shape) == (DRAWS, VOCAB)  # One compilation.
+        return _np(compiled_choices(temperature)(log_probs, seed)[name])
+    return _np(SAMPLERS[name](temperature).choose(log_probs, seed))
 
 
 def numpy_distribution(name, temperature, log_probs):
@@ -104,7 +133,7 @@ def one_row():
     return model_log_probs(rng.normal(0.0, 2.0, (1, VOCAB)))
 
 
-# Every setting eagerly; the extremes compiled too (each compiles anew).
+# Every setting eagerly; the extremes compiled too (`compiled_choices`).
 CASES = ([(n, t, False) for n in SAMPLERS for t in TEMPERATURES]
          + [(n, t, True) for n in SAMPLERS for t in (1e-45, 1e10)])
 
@@ -112,9 +141,8 @@ CASES = ([(n, t, False) for n in SAMPLERS for t in TEMPERATURES]
 @pytest.mark.parametrize("name, temperature, compiled", CASES)
 def test_draws_follow_numpy_and_never_padding(name, temperature, compiled,
                                               one_row):
-    sampler = SAMPLERS[name](temperature)
     log_probs = ops.repeat(one_row, DRAWS, axis=0)
-    tokens = choose(sampler, log_probs, [7, 1], compiled)
+    tokens = choose(name, temperature, log_probs, [7, 1], compiled)
     assert tokens.min() >= 0 and tokens.max() < VOCAB
     counts = np.bincount(tokens, minlength=VOCAB)
     assert counts[0] == 0, f"padding drawn {counts[0]} times"
@@ -138,10 +166,11 @@ def test_draws_follow_numpy_and_never_padding(name, temperature, compiled,
     (n, t, False) for n in SAMPLERS for t in (1e-45, 1e-9)]
     + [(n, 1e-45, True) for n in SAMPLERS])
 def test_the_low_end_is_greedy_row_for_row(name, temperature, compiled):
+    # DRAWS random rows: the compiled draws' shape (`choose`).
     rng = np.random.default_rng(1)
-    log_probs = model_log_probs(rng.normal(0.0, 2.0, (256, VOCAB)))
+    log_probs = model_log_probs(rng.normal(0.0, 2.0, (DRAWS, VOCAB)))
     greedy = _np(samplers.GreedySampler().choose(log_probs, None))
-    got = choose(SAMPLERS[name](temperature), log_probs, [3, 9], compiled)
+    got = choose(name, temperature, log_probs, [3, 9], compiled)
     np.testing.assert_array_equal(got, greedy)
 
 
@@ -151,7 +180,7 @@ def test_the_high_end_is_uniform_over_the_real_vocabulary(name):
     logits = np.full((1, VOCAB), -30.0, "float32")
     logits[0, 5] = 30.0
     log_probs = ops.repeat(model_log_probs(logits), DRAWS, axis=0)
-    tokens = choose(SAMPLERS[name](1e10), log_probs, [5, 5], False)
+    tokens = choose(name, 1e10, log_probs, [5, 5], False)
     counts = np.bincount(tokens, minlength=VOCAB)
     assert counts[0] == 0
     real = counts[1:] if name != "top_k_3" else counts[counts > 0]
@@ -161,7 +190,9 @@ def test_the_high_end_is_uniform_over_the_real_vocabulary(name):
 
 
 def test_a_row_of_one_real_token_always_draws_it():
-    logits = np.zeros((64, VOCAB), "float32")
+    # DRAWS rows: the shape the eager draws above ran (JAX compiles each
+    # eager operation once per shape).
+    logits = np.zeros((DRAWS, VOCAB), "float32")
     logits[:, 2:] = samplers.MASKED_LOGIT  # only id 1 is real
     log_probs = model_log_probs(logits)
     for make in SAMPLERS.values():
@@ -199,11 +230,19 @@ def lm():
     model = CausalLM(vocab_size=VOCAB, num_layers=1, num_units=16,
                      num_heads=2, ffn_units=32, max_length=40,
                      dropout_rate=0.0)
-    model(np.ones((1, 4), "int32"))
+    # Built (the weights a first call makes) without running it: JAX would
+    # compile every eager operation.
+    model.build((None, None))
     return model
 
 
 PROMPTS = [[5, 6, 7], [4], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+# The tests through CausalLM.generate share one compiled search per
+# sampler: these prompts, NEW_TOKENS (one output bucket), no stop token
+# and the plain graph.
+NEW_TOKENS = 12
+SHARED = dict(max_new_tokens=NEW_TOKENS, stop_token_ids=None,
+              jit_compile=False)
 
 
 @pytest.mark.parametrize("name, jit_compile", [
@@ -224,9 +263,9 @@ def test_generate_at_huge_temperature_never_emits_padding(lm, name,
 @pytest.mark.parametrize("name, jit_compile", [
     (n, False) for n in SAMPLERS] + [("random", True), ("top_p_0.6", True)])
 def test_generate_at_tiny_temperature_is_greedy(lm, name, jit_compile):
-    new_tokens = 12
-    greedy, greedy_scores = lm.generate(PROMPTS, max_new_tokens=new_tokens,
-                                        stop_token_ids=None)
+    # Greedy in the plain graph: the XLA cases compare XLA with it.
+    new_tokens = NEW_TOKENS
+    greedy, greedy_scores = lm.generate(PROMPTS, **SHARED)
     ids, scores = lm.generate(PROMPTS, max_new_tokens=new_tokens,
                               sampler=SAMPLERS[name](1e-45),
                               stop_token_ids=None, seed=5,
@@ -243,8 +282,7 @@ def test_generate_at_tiny_temperature_is_greedy(lm, name, jit_compile):
 @pytest.mark.parametrize("seed", [2 ** 31, 2 ** 40, -2 ** 63, 2 ** 63 - 1])
 def test_int64_seeds_repeat_and_differ_from_seed_zero(lm, seed):
     def sample(s):
-        return lm.generate(PROMPTS, max_new_tokens=16, sampler="random",
-                           stop_token_ids=None, seed=s)[0]
+        return lm.generate(PROMPTS, sampler="random", seed=s, **SHARED)[0]
 
     np.testing.assert_array_equal(sample(seed), sample(seed))
     assert not np.array_equal(sample(seed), sample(0))
@@ -256,8 +294,9 @@ def test_int64_seeds_repeat_and_differ_from_seed_zero(lm, seed):
     ("beam", samplers.BeamSampler)])
 def test_every_sampler_name_works_without_arguments(lm, name, kind):
     assert type(samplers.get(name)) is kind
-    ids, scores = lm.generate(PROMPTS, max_new_tokens=4, sampler=name)
-    assert ids.shape == (3, 4) and np.all(np.isfinite(scores))
+    # "greedy" and "random" share the searches of the tests above.
+    ids, scores = lm.generate(PROMPTS, sampler=name, **SHARED)
+    assert ids.shape == (3, NEW_TOKENS) and np.all(np.isfinite(scores))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -336,29 +375,32 @@ def translator():
     model = tfattn.Transformer(VOCAB, num_layers=1, num_units=16,
                                num_heads=2, ffn_units=32, max_length=32,
                                dropout_rate=0.0)
-    model((np.ones((1, 4), "int32"), np.ones((1, 3), "int32")))
+    model.build({"source": (None, None), "target_in": (None, 1)})
     return model
 
 
 SOURCES = np.array([[5, 6, 7, 3, 0, 0], [4, 9, 10, 11, 8, 3]], "int32")
+# The translation tests share one compiled search per sampler: SOURCES
+# (one width bucket), each row's limit its length + 6 (12 tokens out), the
+# default stop token and the plain graph.
+PLAIN = dict(extra_length=6, jit_compile=False)
 
 
 @pytest.mark.parametrize("name", ["greedy", "random", "top_k", "top_p",
                                   "beam"])
 def test_translation_takes_every_sampler(translator, name):
     ids, scores = translator.generate(SOURCES, sampler=name, seed=3,
-                                      extra_length=6)
+                                      **PLAIN)
     assert ids.shape == (2, 12) and ids.dtype == np.int32
     assert scores.shape == (2,) and np.all(np.isfinite(scores))
-    again, _ = translator.generate(SOURCES, sampler=name, seed=3,
-                                   extra_length=6)
+    again, _ = translator.generate(SOURCES, sampler=name, seed=3, **PLAIN)
     np.testing.assert_array_equal(ids, again)
 
 
 def test_translation_defaults_to_the_papers_beam_search(translator):
-    default = translator.generate(SOURCES, extra_length=6)
+    default = translator.generate(SOURCES, **PLAIN)
     explicit = translator.generate(
-        SOURCES, sampler=samplers.BeamSampler(4, 0.6), extra_length=6)
+        SOURCES, sampler=samplers.BeamSampler(4, 0.6), **PLAIN)
     np.testing.assert_array_equal(default[0], explicit[0])
     np.testing.assert_array_equal(default[1], explicit[1])
 
@@ -367,9 +409,9 @@ def test_translation_samples_differ_by_seed_and_never_pad(translator):
     hot = samplers.RandomSampler(1e10)
     rows = np.repeat(SOURCES, 8, axis=0)
     first, scores = translator.generate(rows, sampler=hot, seed=1,
-                                        stop_token_ids=None, extra_length=6)
+                                        stop_token_ids=None, **PLAIN)
     second, _ = translator.generate(rows, sampler=hot, seed=2,
-                                    stop_token_ids=None, extra_length=6)
+                                    stop_token_ids=None, **PLAIN)
     assert not np.array_equal(first, second)
     # No stop token: every row runs to its own limit (source + 6) with no
     # padding before it.
@@ -380,25 +422,28 @@ def test_translation_samples_differ_by_seed_and_never_pad(translator):
 
 
 def test_translation_at_tiny_temperature_is_greedy(translator):
-    greedy, _ = translator.generate(SOURCES, sampler="greedy",
-                                    extra_length=6)
+    # XLA draws against greedy in the plain graph.
+    greedy, _ = translator.generate(SOURCES, sampler="greedy", **PLAIN)
     cold, _ = translator.generate(
         SOURCES, sampler=samplers.TopPSampler(0.9, temperature=1e-45),
-        seed=9, extra_length=6)
+        seed=9, extra_length=6, jit_compile=True)
     np.testing.assert_array_equal(cold, greedy)
 
 
 def test_translation_reuses_its_compiled_search(translator):
-    translator.generate(SOURCES[:, :5], sampler="greedy", extra_length=4)
+    # Greedy with PLAIN's settings (compiled here or by a test above).
+    translator.generate(SOURCES, sampler="greedy", **PLAIN)
     traces = translator.generate_traces
-    # Another source width in the same bucket, the same settings.
-    translator.generate(SOURCES[:, :4], sampler="greedy", extra_length=4,
-                        max_new_tokens=9)
-    translator.generate(SOURCES[:, :5], sampler="greedy", extra_length=4,
-                        max_new_tokens=9)
+    # Other source widths in the same bucket, the same settings (the
+    # output width as SOURCES gives it).
+    translator.generate(SOURCES[:, :4], sampler="greedy",
+                        max_new_tokens=12, **PLAIN)
+    translator.generate(SOURCES[:, :5], sampler="greedy",
+                        max_new_tokens=12, **PLAIN)
     assert translator.generate_traces == traces
-    # Another sampler is another search.
-    translator.generate(SOURCES[:, :5], sampler="top_k", extra_length=4)
+    # Another sampler is another search (settings no other test uses).
+    translator.generate(SOURCES[:, :5], sampler="top_k", extra_length=4,
+                        jit_compile=False)
     assert translator.generate_traces == traces + 1
 
 

@@ -405,9 +405,15 @@ def naive_greedy(model, source, steps):
     return ids, scores
 
 
+# `generate` runs the plain graph under TensorFlow here (`jit_compile` is
+# not the point; JAX compiles either way); test_generate_compiles_whole
+# compares the compiled search with it, reusing its compiled searches.
+PLAIN = dict(jit_compile=False)
+
+
 def test_cached_greedy_equals_uncached_argmax(decoder_model):
     model = decoder_model
-    ids, scores = model.generate(SOURCE, sampler="greedy")
+    ids, scores = model.generate(SOURCE, sampler="greedy", **PLAIN)
     want_ids, want_scores = naive_greedy(model, SOURCE, L)
     # Not a degenerate case: several tokens, and each row ends with EOS.
     assert len(set(want_ids[want_ids > 0])) > 1
@@ -420,7 +426,8 @@ def test_cached_greedy_equals_uncached_argmax(decoder_model):
 def test_beam_scores_are_their_full_forward_scores(decoder_model):
     model = decoder_model
     ids, scores = model.generate(SOURCE,
-                                 sampler=samplers.BeamSampler(3, 0.6))
+                                 sampler=samplers.BeamSampler(3, 0.6),
+                                 **PLAIN)
     ids = _np(ids)
     # The full forward pass on [BOS] + ids; positions after the end are
     # padding, which causal attention keeps from earlier positions.
@@ -440,9 +447,11 @@ def test_beam_scores_are_their_full_forward_scores(decoder_model):
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_generate_compiles_whole(decoder_model, beam_size):
+    """`search` compiled whole (XLA under TensorFlow) gives `generate`'s
+    result (the plain graph under TensorFlow: XLA against plain)."""
     model = decoder_model
     sampler = samplers.for_beam_size(beam_size)
-    want_ids, want_scores = model.generate(SOURCE, sampler=sampler)
+    want_ids, want_scores = model.generate(SOURCE, sampler=sampler, **PLAIN)
     width = want_ids.shape[1]
     ids, scores = _jit(lambda s: model.search(s, width, sampler))(
         ops.convert_to_tensor(SOURCE))
@@ -493,6 +502,10 @@ def test_keras_file_loads_under_the_other_backend(tmp_path):
         logits = keras.ops.convert_to_numpy(model((source, target_in)))
         np.save({str(tmp_path / "logits.npy")!r}, logits)
     """)
+    if other == "jax":
+        # As where TensorFlow is not installed: Keras's serialization asks
+        # whether it is (`tf.available`), and would import it (3.4 s).
+        script = "import sys\nsys.modules['tensorflow'] = None\n" + script
     env = dict(os.environ, KERAS_BACKEND=other, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -95,6 +95,25 @@ def _model(
     return model
 
 
+@pytest.fixture(scope="module")
+def models():
+    """`_model` built once per module and configuration, for the tests
+    that read a model and change nothing in it (its `generate` cache
+    aside). Randomized weights come from a fixed NumPy seed: the same as a
+    fresh `_model`."""
+    built = {}
+
+    def shared(flavor="reference_2019", normalize_first=False,
+               randomize=True, num_layers=N):
+        key = (flavor, normalize_first, randomize, num_layers)
+        if key not in built:
+            built[key] = _model(flavor, normalize_first, randomize,
+                                num_layers)
+        return built[key]
+
+    return shared
+
+
 def _np(x):
     return np.asarray(x)
 
@@ -173,10 +192,10 @@ def test_reference_2017_count_from_the_spec_shapes():
     assert model.count_params() == want == 40_616
 
 
-def test_paper_pre_norm_count():
+def test_paper_pre_norm_count(models):
     # The paper's attention has W^O; post/pre-norm add an LN per sublayer
     # and pre-norm a final LN per stack. Output tied to the shared table.
-    model = _model("paper", True, randomize=False)
+    model = models("paper", True, randomize=False)
     attention = 4 * (C * C + C)
     ff = (C * F + F) + (F * C + C)
     ln = 2 * C
@@ -194,8 +213,8 @@ def test_paper_pre_norm_count():
 # Embeddings and the output projection.
 
 
-def test_reference_2019_one_embedding_variable_used_three_times():
-    model = _model("reference_2019", num_layers=1)
+def test_reference_2019_one_embedding_variable_used_three_times(models):
+    model = models("reference_2019", num_layers=1)
     assert model.source_embedding is model.target_embedding
     assert model.output_dense is None
     tables = [
@@ -320,8 +339,8 @@ def reference_params(model):
     return params
 
 
-def test_reference_2019_matches_numpy_model():
-    model = _model("reference_2019")
+def test_reference_2019_matches_numpy_model(models):
+    model = models("reference_2019")
     want = ref.transformer_reference_2019(
         reference_params(model), SOURCE, TARGET_IN, H
     )
@@ -395,9 +414,9 @@ def test_paper_has_residual_dropout():
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
 def test_cached_decode_step_equals_decode_on_the_prefix(
-    flavor, normalize_first
+    models, flavor, normalize_first
 ):
-    model = _model(flavor, normalize_first)
+    model = models(flavor, normalize_first)
     memory, keep = model.encode(SOURCE)
     cache = model.init_decode_cache(memory, keep, L)
     for t in range(TARGET_IN.shape[1]):
@@ -433,11 +452,13 @@ def _naive_greedy(model, source, steps):
 
 
 @pytest.mark.parametrize("flavor", ["paper", "reference_2019"])
-def test_beam_size_1_equals_greedy(flavor):
-    model = _model(flavor, num_layers=1)
+def test_beam_size_1_equals_greedy(models, flavor):
+    model = models(flavor, num_layers=1)
     steps = 6
+    # The plain graph: XLA's search against it in
+    # test_models_on_every_backend.py::test_generate_compiles_whole.
     greedy_ids, greedy_scores = model.generate(
-        SOURCE, sampler="greedy", max_new_tokens=steps
+        SOURCE, sampler="greedy", max_new_tokens=steps, jit_compile=False
     )
     np.testing.assert_array_equal(
         greedy_ids, _naive_greedy(model, SOURCE, steps)
@@ -465,11 +486,13 @@ def test_beam_size_1_equals_greedy(flavor):
 
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
-def test_source_padding_does_not_change_logits(flavor, normalize_first):
+def test_source_padding_does_not_change_logits(
+    models, flavor, normalize_first
+):
     # The 2017 flavour finds padding from zero rows; its pad rows stay zero
     # only while every bias and LN beta is 0 (at initialisation), as in the
     # reference (§1.7: deeper masks stop firing after training).
-    model = _model(
+    model = models(
         flavor,
         normalize_first,
         randomize=flavor != "reference_2017",
@@ -487,9 +510,9 @@ def test_source_padding_does_not_change_logits(flavor, normalize_first):
 
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
 def test_future_target_tokens_do_not_change_earlier_logits(
-    flavor, normalize_first
+    models, flavor, normalize_first
 ):
-    model = _model(flavor, normalize_first, num_layers=1)
+    model = models(flavor, normalize_first, num_layers=1)
     base = _np(model((SOURCE, TARGET_IN)))
     for t in (0, 2):  # tokens after t change
         changed = TARGET_IN.copy()
@@ -506,8 +529,8 @@ def test_future_target_tokens_do_not_change_earlier_logits(
         )
 
 
-def test_dict_and_tuple_inputs_agree():
-    model = _model("paper", num_layers=1)
+def test_dict_and_tuple_inputs_agree(models):
+    model = models("paper", num_layers=1)
     np.testing.assert_array_equal(
         model({"source": SOURCE, "target_in": TARGET_IN}),
         model((SOURCE, TARGET_IN)),
@@ -522,8 +545,8 @@ def test_dict_and_tuple_inputs_agree():
     "flavor,normalize_first",
     [("paper", True), ("reference_2017", False), ("reference_2019", False)],
 )
-def test_keras_file_round_trip(flavor, normalize_first):
-    model = _model(flavor, normalize_first, num_layers=1)
+def test_keras_file_round_trip(models, flavor, normalize_first):
+    model = models(flavor, normalize_first, num_layers=1)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "transformer.keras")
         model.save(path)
@@ -621,11 +644,12 @@ def test_sequences_longer_than_the_positional_table(small):
 @pytest.mark.parametrize(
     "flavor", ["paper", "reference_2017", "reference_2019"]
 )
-def test_decode_step_passes_the_encoder_cache_through(flavor):
+def test_decode_step_passes_the_encoder_cache_through(models, flavor):
     """The projected encoder keys/values come back as the same tensors (so
     beam search never reorders them; `decoding.beam._reorder_cache`),
-    eagerly and in a graph; the self-attention buffers are new tensors."""
-    model = _model(flavor, randomize=False, num_layers=2)
+    eagerly and in a graph (traced; its identities are the trace's, so the
+    graph need not run); the self-attention buffers are new tensors."""
+    model = models(flavor, randomize=False, num_layers=2)
 
     def flags():
         memory, keep = model.encode(SOURCE)
@@ -653,12 +677,14 @@ def test_decode_step_passes_the_encoder_cache_through(flavor):
 
     assert flags() == [(True, False)] * 2
     seen = []
-    tf.function(lambda: seen.append(flags()) or 0)()
+    # No autograph: the model's Python runs as written (as under JAX).
+    tf.function(lambda: seen.append(flags()) or 0,
+                autograph=False).get_concrete_function()
     assert seen == [[(True, False)] * 2]
 
 
-def test_cache_from_another_model_size(small):
-    deeper = _model("reference_2019", randomize=False, num_layers=2)
+def test_cache_from_another_model_size(small, models):
+    deeper = models("reference_2019", randomize=False, num_layers=2)
     wider = _model(
         "reference_2019", randomize=False, num_layers=1, num_units=2 * C
     )
@@ -746,9 +772,10 @@ def test_bad_constructor_arguments(kwargs, pattern):
 # Attention weights of every layer and kind (return_attention_scores).
 
 
-def _recorded_attention(model):
+def _recorded_attention(model, monkeypatch):
     """Wraps every MultiHeadAttention of `model` to record the weights it
-    computes in a plain forward pass: {(kind, layer): weights}."""
+    computes in a plain forward pass: {(kind, layer): weights}. The
+    wrappers go when the test ends (`monkeypatch`)."""
     recorded = {}
     pairs = [
         (("encoder", i), b.self_attention)
@@ -768,19 +795,19 @@ def _recorded_attention(model):
             recorded[_key] = np.asarray(weights)
             return output
 
-        attention.call = call
+        monkeypatch.setattr(attention, "call", call)
     return recorded
 
 
 @pytest.mark.parametrize("flavor, normalize_first", SETUPS)
 def test_returned_scores_are_those_of_each_attention_call(
-    flavor, normalize_first
+    models, monkeypatch, flavor, normalize_first
 ):
-    model = _model(flavor, normalize_first)
+    model = models(flavor, normalize_first)
     logits, scores = model((SOURCE, TARGET_IN), return_attention_scores=True)
     np.testing.assert_array_equal(logits, model((SOURCE, TARGET_IN)))
     assert sorted(scores) == ["cross", "decoder", "encoder"]
-    recorded = _recorded_attention(model)
+    recorded = _recorded_attention(model, monkeypatch)
     model((SOURCE, TARGET_IN))
     assert len(recorded) == 3 * N
     for kind, per_layer in scores.items():
@@ -797,8 +824,8 @@ def test_returned_scores_are_those_of_each_attention_call(
             )
 
 
-def test_score_shapes_and_masks():
-    model = _model("paper")
+def test_score_shapes_and_masks(models):
+    model = models("paper")
     _, scores = model((SOURCE, TARGET_IN), return_attention_scores=True)
     b, s, t = SOURCE.shape[0], SOURCE.shape[1], TARGET_IN.shape[1]
     real_source = SOURCE != 0
@@ -863,7 +890,7 @@ def test_ids_out_of_the_vocabulary_are_refused_at_the_door(
     )
     with pytest.raises(ValueError, match=pattern):
         small((source, target))
-    graph = tf.function(lambda s, t: small((s, t)))
+    graph = tf.function(lambda s, t: small((s, t)), autograph=False)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
         match=rf"`{name}`, expected token ids in \[0, {V}\)",
@@ -881,7 +908,7 @@ def test_generate_builds_a_model_never_called():
     assert not model.built
     ids, scores = model.generate(
         tf.constant(SOURCE[:, :3]), sampler=samplers.BeamSampler(2),
-        max_new_tokens=4
+        max_new_tokens=4, jit_compile=False
     )
     assert model.built and ids.shape == (2, 4) and scores.shape == (2,)
 
@@ -895,5 +922,6 @@ def test_generate_answers_a_batch_of_zero(small, beam_size):
                                  sampler=sampler, extra_length=2)
     assert _np(ids).shape == (0, 7) and _np(scores).shape == (0,)
     # And a batch of rows is unchanged by the fix.
-    ids, _ = small.generate(SOURCE, sampler=sampler, extra_length=2)
+    ids, _ = small.generate(SOURCE, sampler=sampler, extra_length=2,
+                            jit_compile=False)
     assert _np(ids).shape == (SOURCE.shape[0], 7)
