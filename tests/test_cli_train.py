@@ -28,11 +28,13 @@ from tfattn.decoding import translate
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = "--hparams_overrides=num_layers=1,log_every_steps=5"
-# Long enough that the kill lands mid-run (tens of steps after it is sent,
-# a step takes tens of milliseconds), short enough that the resumed run is
-# quick.
-KILL_STEPS = 60
-TERM_STEPS = 60
+# The end-to-end test's runs (tests of the kill and resume): the first run
+# ends at TERM_STEPS, and checkpoints there only; SIGTERM is sent at step 5.
+# The second, longer one checkpoints at 2 * TERM_STEPS and SIGKILL is sent
+# then. Each leaves tens of steps before the run's end for the signal to
+# land (a step takes tens of milliseconds), and the resumed runs are quick.
+TERM_STEPS = 50
+KILL_STEPS = 150
 
 
 @pytest.fixture(autouse=True)
@@ -291,6 +293,11 @@ def test_main_passes_the_flags_to_train(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
+    """train.py as a program: a bad flag ends in one line on standard error
+    (not the help), status 2, and nothing written. (The same boundary,
+    `exits.parse_flags`, refuses a malformed flag value in
+    test_cli_train_errors.py::test_a_bad_flag_prints_one_line_not_the_help,
+    in this process.)"""
     out = subprocess.run(
         [
             sys.executable,
@@ -303,84 +310,17 @@ def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
         text=True,
         timeout=300,
     )
-    assert out.returncode != 0
-    assert "Known sets: tiny, base, big" in out.stderr
+    assert out.returncode == 2, out.stderr[-3000:]
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("Error: flag --hparams=small: Unknown hparams set.")
+    assert "Known sets: tiny, base, big" in line
+    assert line.endswith("(python train.py --helpfull lists the flags)")
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.slow
-def test_end_to_end_train_eval_export_then_resume(tmp_path):
-    model_dir = tmp_path / "run"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            "--hparams=tiny",
-            FAST,
-            "--dataset=numbers",
-            f"--model_dir={model_dir}",
-            "--train_steps=20",
-            "--samples=5",
-            "--mode=all",
-            "--progress_bar=false",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Exact match on 5 validation pairs" in out.stdout
-    assert "BLEU on the test split" in out.stdout
-    assert "Exported a string-to-string translator" in out.stdout
-    assert (model_dir / "export" / "saved_model.pb").exists()
-    metrics = json.loads((model_dir / "metrics_test.json").read_text())
-    assert metrics["num_sentences"] == 500
-    # Eval drew attention maps into TensorBoard's Images tab.
-    tags = {
-        value.tag
-        for path in tf.io.gfile.glob(str(model_dir / "eval" / "events*"))
-        for event in tf.compat.v1.train.summary_iterator(path)
-        for value in event.summary.value
-    }
-    assert {
-        "attention/encoder/sentence_0",
-        "attention/cross/sentence_1",
-    } <= tags
-
-    # Resume in-process with the saved hparams and a longer run.
-    parse(
-        f"--model_dir={model_dir}",
-        "--train_steps=25",
-        "--samples=0",
-        "--progress_bar=false",
-    )
-    train.main(["train.py"])
-    assert run_dir.load_saved_hparams(model_dir).train_steps == 25
-    last = str(model_dir / "ckpt-25")
-    (iterations,) = [
-        n
-        for n, _ in tf.train.list_variables(last)
-        if n.startswith("optimizer/_iterations")
-    ]
-    assert tf.train.load_variable(last, iterations) == 25
-
-
-def _train_command(model_dir, *args):
-    return [
-        sys.executable,
-        "train.py",
-        "--hparams=tiny",
-        "--dataset=numbers",
-        f"--model_dir={model_dir}",
-        "--samples=0",
-        "--progress_bar=false",
-        *args,
-    ]
-
-
-def _wait_until(predicate, process, log, timeout=300):
-    """Polls `predicate()` every 50 ms while `process` runs."""
+def _wait_until(predicate, process, log, timeout=120):
+    """Polls `predicate()` every 50 ms while `process` runs (`timeout` only
+    bounds a hung run)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if predicate():
@@ -410,13 +350,14 @@ def _assert_checkpoints_load(model_dir):
             reader.get_tensor(name)
 
 
-def _run_killed(command, log, signum, ready, seconds=None, pids=None):
-    """Starts `command`, sends `signum` once `ready()`, returns the status;
-    `seconds` (a list) receives the time from the signal to the exit, `pids`
-    (a list) the process id."""
+def _run_killed(command, log, signum, ready, env=None, seconds=None,
+                pids=None):
+    """Starts `command` (in `env`), sends `signum` once `ready()`, returns
+    the status; `seconds` (a list) receives the time from the signal to the
+    exit, `pids` (a list) the process id."""
     with open(log, "w") as out:
         process = subprocess.Popen(
-            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env
         )
     if pids is not None:
         pids.append(process.pid)
@@ -441,77 +382,63 @@ def _checkpoint_step_value(path):
     return int(tf.train.load_variable(path, name))
 
 
-@pytest.mark.slow
-def test_sigkill_mid_run_then_the_same_command_resumes(tmp_path, caplog):
-    model_dir = tmp_path / "run"
-    command = _train_command(
-        model_dir,
-        "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=5",
-        f"--train_steps={KILL_STEPS}",
-    )
-    pids = []
-    status = _run_killed(
-        command,
-        tmp_path / "first.log",
-        signal.SIGKILL,
-        ready=lambda: any(s >= 10 for s in _checkpoint_steps(model_dir)),
-        pids=pids,
-    )
-    assert status == -signal.SIGKILL
-    # The killed run held the model directory's lock (it could not release
-    # it; the resume below takes it over, as test_training_run_dir.py's
-    # dead-process test shows in detail).
-    holder = json.loads((model_dir / ".lock").read_text())
-    assert holder["pid"] == pids[0] and "train.py" in holder["command"]
-    killed_at = max(_checkpoint_steps(model_dir))
-    assert 10 <= killed_at < KILL_STEPS
-    _assert_checkpoints_load(model_dir)
-    assert not (model_dir / "export").exists()
-
-    # The same command again, in this process (the killed one was a
-    # process of its own; a second one would add only TensorFlow's start).
-    with caplog.at_level(logging.INFO):
-        parse(*command[2:], "--verbosity=0")  # INFO, as train.py's own run
-        train.main(["train.py"])
-    assert f"resuming at step {killed_at}." in caplog.text
-    assert f"from step {killed_at} to {KILL_STEPS}" in caplog.text
-    _assert_checkpoints_load(model_dir)
-    assert (
-        _checkpoint_step_value(str(model_dir / f"ckpt-{KILL_STEPS}"))
-        == KILL_STEPS
-    )
-    # The resumed model restores whole, as eval and export restore it
-    # (every saved object matched), and translates. Exporting a restored
-    # model is the end-to-end test's (--mode=all) and
-    # test_export_saved_model.py's.
-    model, tokenizer, _ = run_dir.restore_model(model_dir)
-    (translation,) = translate.translate_texts(
-        model, tokenizer, ["12"], beam_size=1
-    )
-    assert isinstance(translation, str)
+def _environment(**switches):
+    """This environment with TensorFlow's log switches replaced by
+    `switches`."""
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("TF_CPP_MIN_LOG_LEVEL",
+                                "TFATTN_VERBOSE_IMPORT")}
+    environment.update(switches)
+    return environment
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(
+def test_end_to_end_sigterm_resume_eval_export_then_sigkill_resume(
     tmp_path, caplog
 ):
+    """One model directory through train.py's life, four runs:
+
+    1. a new `--mode=all` run that SIGTERM stops: a checkpoint saved by the
+       handler, status 143, gone within a preemption's grace period;
+    2. the same command again, a process of its own: it resumes there,
+       trains to the end, samples, evaluates (BLEU on the whole test split,
+       attention maps into TensorBoard) and exports;
+    3. a longer run of the model dir alone (its saved hparams, no
+       --hparams): SIGKILL stops it mid-run, after a periodic checkpoint;
+    4. the same command again, in this process: it resumes at the last
+       checkpoint and trains to the new end; the hparams record the longer
+       run, the model restores whole and translates.
+
+    Runs 1 and 3 also show that TF_CPP_MIN_LOG_LEVEL=0 and
+    TFATTN_VERBOSE_IMPORT=1 keep TensorFlow's start-up banner, which
+    train.py holds back by default (tests/test_readme.py).
+    """
     model_dir = tmp_path / "run"
-    log = tmp_path / "first.log"
-    # No periodic checkpoint before the end: the one found after SIGTERM
-    # can only come from the SIGTERM handler.
-    command = _train_command(
-        model_dir,
+    # No periodic checkpoint before the end of run 1 (TERM_STEPS): the one
+    # found after SIGTERM can only come from the SIGTERM handler.
+    command = [
+        sys.executable,
+        "train.py",
+        "--hparams=tiny",
         "--hparams_overrides=num_layers=1,log_every_steps=5,"
-        "checkpoint_every_steps=1000",
+        f"checkpoint_every_steps={TERM_STEPS}",
+        "--dataset=numbers",
+        f"--model_dir={model_dir}",
         f"--train_steps={TERM_STEPS}",
-    )
+        "--samples=5",
+        "--mode=all",
+        "--progress_bar=false",
+    ]
+
+    # 1. SIGTERM.
+    log = tmp_path / "sigterm.log"
     seconds = []
     status = _run_killed(
         command,
         log,
         signal.SIGTERM,
         ready=lambda: "step 5:" in log.read_text(),
+        env=_environment(TF_CPP_MIN_LOG_LEVEL="0"),
         seconds=seconds,
     )
     text = log.read_text()
@@ -528,13 +455,102 @@ def test_sigterm_saves_a_checkpoint_then_the_same_command_resumes(
         _checkpoint_step_value(str(model_dir / f"ckpt-{stopped_at}"))
         == stopped_at
     )
+    assert "absl::InitializeLog" in text, (
+        "TF_CPP_MIN_LOG_LEVEL=0 did not keep TensorFlow's banner")
+    assert not (model_dir / "export").exists()
 
-    # The same command again, in this process, as the SIGKILL test does.
-    with caplog.at_level(logging.INFO):
-        parse(*command[2:], "--verbosity=0")
-        train.main(["train.py"])
-    assert f"resuming at step {stopped_at}." in caplog.text
+    # 2. The same command again: resumes, trains, evaluates and exports.
+    out = subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"resuming at step {stopped_at}." in out.stderr
     assert _checkpoint_steps(model_dir) == [stopped_at, TERM_STEPS]
+    assert "Exact match on 5 validation pairs" in out.stdout
+    assert "BLEU on the test split" in out.stdout
+    assert "Exported a string-to-string translator" in out.stdout
+    exported = model_dir / "export" / "saved_model.pb"
+    assert exported.exists()
+    written = exported.read_bytes()
+    metrics = json.loads((model_dir / "metrics_test.json").read_text())
+    assert metrics["num_sentences"] == 500
+    # Eval drew attention maps into TensorBoard's Images tab.
+    tags = {
+        value.tag
+        for path in tf.io.gfile.glob(str(model_dir / "eval" / "events*"))
+        for event in tf.compat.v1.train.summary_iterator(path)
+        for value in event.summary.value
+    }
+    assert {
+        "attention/encoder/sentence_0",
+        "attention/cross/sentence_1",
+    } <= tags
+
+    # 3. A longer run with the saved hparams (no --hparams): it checkpoints
+    # at 2 * TERM_STEPS, and SIGKILL lands before its end, KILL_STEPS.
+    longer = [
+        sys.executable,
+        "train.py",
+        "--dataset=numbers",
+        f"--model_dir={model_dir}",
+        "--samples=0",
+        "--progress_bar=false",
+        f"--train_steps={KILL_STEPS}",
+    ]
+    log = tmp_path / "sigkill.log"
+    pids = []
+    status = _run_killed(
+        longer,
+        log,
+        signal.SIGKILL,
+        ready=lambda: any(
+            s >= 2 * TERM_STEPS for s in _checkpoint_steps(model_dir)),
+        env=_environment(TFATTN_VERBOSE_IMPORT="1"),
+        pids=pids,
+    )
+    assert status == -signal.SIGKILL
+    assert "absl::InitializeLog" in log.read_text(), (
+        "TFATTN_VERBOSE_IMPORT=1 did not keep TensorFlow's banner")
+    # The killed run held the model directory's lock (it could not release
+    # it; the resume below takes it over, as test_training_run_dir.py's
+    # dead-process test shows in detail).
+    holder = json.loads((model_dir / ".lock").read_text())
+    assert holder["pid"] == pids[0] and "train.py" in holder["command"]
+    killed_at = max(_checkpoint_steps(model_dir))
+    assert 2 * TERM_STEPS <= killed_at < KILL_STEPS
+    _assert_checkpoints_load(model_dir)
+    assert exported.read_bytes() == written  # a training run left it
+
+    # 4. The same command again, in this process (a process of its own
+    # would add only TensorFlow's start).
+    with caplog.at_level(logging.INFO):
+        parse(*longer[2:], "--verbosity=0")  # INFO, as train.py's own run
+        train.main(["train.py"])
+    assert f"resuming at step {killed_at}." in caplog.text
+    assert f"from step {killed_at} to {KILL_STEPS}" in caplog.text
+    _assert_checkpoints_load(model_dir)
+    last = str(model_dir / f"ckpt-{KILL_STEPS}")
+    assert _checkpoint_step_value(last) == KILL_STEPS
+    # The longer run is recorded, and its optimizer ran every step.
+    assert run_dir.load_saved_hparams(model_dir).train_steps == KILL_STEPS
+    (iterations,) = [
+        n
+        for n, _ in tf.train.list_variables(last)
+        if n.startswith("optimizer/_iterations")
+    ]
+    assert tf.train.load_variable(last, iterations) == KILL_STEPS
+    # The resumed model restores whole, as eval and export restore it
+    # (every saved object matched), and translates.
+    model, tokenizer, _ = run_dir.restore_model(model_dir)
+    (translation,) = translate.translate_texts(
+        model, tokenizer, ["12"], beam_size=1
+    )
+    assert isinstance(translation, str)
+    assert exported.read_bytes() == written
 
 
 def test_main_exits_143_when_preempted(tmp_path, monkeypatch):
@@ -733,22 +749,6 @@ def test_model_fields_cannot_be_overridden_at_eval(
     assert "only the decoding fields" in message and "num_layers" in message
 
 
-@pytest.mark.slow
-def test_the_library_never_imports_the_hparams_sets(tmp_path):
-    script = (
-        "import sys, tfattn, tfattn.training, tfattn.decoding.evaluation, "
-        "tfattn.export, tfattn.decoding.translate, tfattn.training.run_dir, "
-        "tfattn.training.model_io, tfattn.training.distribute, tfattn.config, "
-        "tfattn.data.sources, tfattn.cli.flags, tfattn.cli.exits; "
-        "print('hparams' in sys.modules)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=REPO),
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "False"
+# The library never imports the hparams sets (train.py's): checked in the
+# fresh process of test_visualize_maps.py::test_cli_as_a_program, which
+# imports the library's modules after running its program.

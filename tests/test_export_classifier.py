@@ -62,11 +62,32 @@ def model_and_tokenizer():
 
 
 @pytest.fixture(scope="module")
-def exported(model_and_tokenizer, tmp_path_factory):
+def overwritten(model_and_tokenizer, tmp_path_factory):
+    """The module's export, written over a first one without label names
+    (one export fewer than exporting both apart): what the plain one
+    answered, and how a second export without `overwrite` was refused.
+    `test_without_names_the_labels_are_the_ids_and_overwrite_replaces`
+    checks them."""
     model, tokenizer = model_and_tokenizer
-    return export.export_classifier(
-        model, tokenizer, tmp_path_factory.mktemp("classifier") / "export",
-        labels=LABELS, max_length=MAX_LENGTH)
+    path = export.export_classifier(
+        model, tokenizer, tmp_path_factory.mktemp("classifier") / "export")
+    plain = export.load_classifier(path)
+    record = dict(labels=plain.labels, max_length=plain.max_length,
+                  out=plain.classify(TEXTS[:3]))
+    try:
+        export.export_classifier(model, tokenizer, path, labels=LABELS)
+    except FileExistsError as refusal:
+        record["refusal"] = refusal
+    record["kept_labels"] = export.load_classifier(path).labels
+    assert export.export_classifier(
+        model, tokenizer, path, labels=LABELS, max_length=MAX_LENGTH,
+        overwrite=True) == path
+    return path, record
+
+
+@pytest.fixture(scope="module")
+def exported(overwritten):
+    return overwritten[0]
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +95,19 @@ def served(exported):
     return export.load_classifier(exported)
 
 
+def _logits(model, ids):
+    """The Keras model's logits on `ids`, called as the export calls it
+    (`training=False`): one eager call, not `predict` (whose tf.function
+    traced for 0.4 s on each new batch shape)."""
+    return np.asarray(model(ids, training=False))
+
+
 def _logit_scale(model_and_tokenizer, texts):
     """The largest |logit| of the Keras model on `texts`: the scale of the
     probabilities' error (a softmax moves by at most its logits' error)."""
     model, tokenizer = model_and_tokenizer
-    return np.abs(model.predict(encode_texts(tokenizer, texts, MAX_LENGTH),
-                                verbose=0)).max()
+    return np.abs(_logits(model, encode_texts(tokenizer, texts,
+                                              MAX_LENGTH))).max()
 
 
 def _softmax(logits):
@@ -91,8 +119,7 @@ def _softmax(logits):
 def test_probabilities_are_the_keras_models_softmax(model_and_tokenizer,
                                                     served):
     model, tokenizer = model_and_tokenizer
-    logits = model.predict(encode_texts(tokenizer, TEXTS, MAX_LENGTH),
-                           verbose=0)
+    logits = _logits(model, encode_texts(tokenizer, TEXTS, MAX_LENGTH))
     out = served.classify(TEXTS)
     assert out.probabilities.shape == (len(TEXTS), 3)
     assert out.probabilities.dtype == np.float32
@@ -154,27 +181,28 @@ def test_the_export_holds_the_keras_model_and_the_vocabulary(
         assert f.read() == tokenizer.model_proto
     ids = encode_texts(tokenizer, TEXTS[:2], MAX_LENGTH)
     restored = keras.saving.load_model(os.path.join(exported, "model.keras"))
-    bounds.assert_close(restored.predict(ids, verbose=0),
-                        model.predict(ids, verbose=0), terms=TERMS)
+    bounds.assert_close(_logits(restored, ids), _logits(model, ids),
+                        terms=TERMS)
 
 
 def test_without_names_the_labels_are_the_ids_and_overwrite_replaces(
-        model_and_tokenizer, served, tmp_path):
+        model_and_tokenizer, overwritten, served):
     model, tokenizer = model_and_tokenizer
-    path = export.export_classifier(model, tokenizer, tmp_path / "e")
-    plain = export.load_classifier(path)
-    assert plain.labels == ["0", "1", "2"] and plain.max_length == 16
-    out = plain.classify(TEXTS[:3])
+    _, plain = overwritten
+    assert plain["labels"] == ["0", "1", "2"] and plain["max_length"] == 16
+    out = plain["out"]
     assert out.labels == [str(i) for i in out.label_ids]
-    assert out.label_ids == model.predict(encode_texts(
-        tokenizer, TEXTS[:3], 16), verbose=0).argmax(-1).tolist()
-    with pytest.raises(FileExistsError, match="overwrite=True"):
-        export.export_classifier(model, tokenizer, path, labels=LABELS)
-    assert export.load_classifier(path).labels == ["0", "1", "2"]
-    export.export_classifier(model, tokenizer, path, labels=LABELS,
-                             overwrite=True)
-    assert export.load_classifier(path).classify(TEXTS[:3]).labels == [
-        LABELS[i] for i in out.label_ids]
+    assert out.label_ids == _logits(model, encode_texts(
+        tokenizer, TEXTS[:3], 16)).argmax(-1).tolist()
+    assert "overwrite=True" in str(plain.get("refusal")), \
+        "an existing export without overwrite=True was not refused"
+    assert plain["kept_labels"] == ["0", "1", "2"]
+    # `served` loads what overwrite=True wrote in its place (named
+    # labels, the module's MAX_LENGTH).
+    assert (served.labels, served.max_length) == (LABELS, MAX_LENGTH)
+    assert served.classify(TEXTS[:3]).labels == [
+        LABELS[i] for i in _logits(model, encode_texts(
+            tokenizer, TEXTS[:3], MAX_LENGTH)).argmax(-1)]
 
 
 def _other_size_tokenizer():

@@ -130,7 +130,10 @@ def _rescored(model, tokenizer, texts):
     max_source, _ = decode_lengths(model, EXTRA)
     source = encode_for_translation(tokenizer, tf.constant(texts),
                                     max_source).numpy()
-    ids = model.generate(source, sampler="greedy", extra_length=EXTRA)[0]
+    # Without XLA, as the SavedModel searches (XLA against the plain search:
+    # tests/test_decoding_searches.py and test_export_saved_model.py).
+    ids = model.generate(source, sampler="greedy", extra_length=EXTRA,
+                         jit_compile=False)[0]
     target_in = np.concatenate(
         [np.full((len(texts), 1), BOS_ID, "int32"), ids[:, :-1]], axis=1)
     logits = np.asarray(model((source, target_in)), np.float64)

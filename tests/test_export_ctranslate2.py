@@ -94,8 +94,15 @@ def random_model(vocab_size, seed=1, **kwargs):
     return model
 
 
-def test_random_model_depends_on_its_seed_alone(tokenizer):
-    first = random_model(tokenizer.vocab_size)
+@pytest.fixture(scope="module")
+def seeded_model(tokenizer):
+    """`random_model(vocab_size)` (seed 1, post-norm), built once: the tests
+    only read it (exporting reads the weights)."""
+    return random_model(tokenizer.vocab_size)
+
+
+def test_random_model_depends_on_its_seed_alone(tokenizer, seeded_model):
+    first = seeded_model  # built before or after other draws: the same
     keras.random.uniform((3,))  # moves Keras's global random state
     second = random_model(tokenizer.vocab_size)
     for a, b in zip(first.weights, second.weights):
@@ -136,9 +143,10 @@ def ctranslate2_log_probs(path, sources_, targets):
 
 @pytest.mark.parametrize("name", sorted(EXPORTABLE))
 def test_scores_equal_tfattn_for_every_exportable_layout(
-    name, tokenizer, tmp_path
+    name, tokenizer, seeded_model, tmp_path
 ):
-    model = random_model(tokenizer.vocab_size, **EXPORTABLE[name])
+    model = (random_model(tokenizer.vocab_size, **EXPORTABLE[name])
+             if EXPORTABLE[name] else seeded_model)
     path = export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
     theirs = ctranslate2_log_probs(path, SOURCES, TARGETS)
     for source, target, row in zip(SOURCES, TARGETS, theirs):
@@ -148,11 +156,10 @@ def test_scores_equal_tfattn_for_every_exportable_layout(
 
 
 def test_the_directory_holds_the_model_vocabulary_and_decoding(
-    tokenizer, tmp_path
+    tokenizer, seeded_model, tmp_path
 ):
-    model = random_model(tokenizer.vocab_size)
     path = export.to_ctranslate2(
-        model,
+        seeded_model,
         tokenizer,
         tmp_path / "ct2",
         beam_size=3,
@@ -199,9 +206,9 @@ def test_a_tokenizer_of_another_size_is_refused(tokenizer, tmp_path):
     ],
 )
 def test_bad_arguments_are_refused_by_name(
-    arguments, match, tokenizer, tmp_path
+    arguments, match, tokenizer, seeded_model, tmp_path
 ):
-    model = random_model(tokenizer.vocab_size)
+    model = seeded_model
     arguments = dict(dict(path=tmp_path / "ct2"), **arguments)
     with pytest.raises(ValueError, match=match):
         export.to_ctranslate2(model, tokenizer, **arguments)
@@ -209,9 +216,10 @@ def test_bad_arguments_are_refused_by_name(
 
 
 def test_an_existing_export_is_kept_unless_overwrite(
-    tokenizer, tmp_path, monkeypatch
+    tokenizer, seeded_model, tmp_path, monkeypatch
 ):
-    model = random_model(tokenizer.vocab_size)
+    model = seeded_model
+    other = random_model(tokenizer.vocab_size, seed=2)
     path = export.to_ctranslate2(model, tokenizer, tmp_path / "ct2")
     before = open(os.path.join(path, "model.bin"), "rb").read()
     with pytest.raises(FileExistsError, match="ct2"):
@@ -223,7 +231,7 @@ def test_an_existing_export_is_kept_unless_overwrite(
     monkeypatch.setattr(ct2_export, "_save_spec", broken)
     with pytest.raises(OSError, match="disk full"):
         export.to_ctranslate2(
-            random_model(tokenizer.vocab_size, seed=2),
+            other,
             tokenizer,
             path,
             overwrite=True,
@@ -232,7 +240,7 @@ def test_an_existing_export_is_kept_unless_overwrite(
     assert os.listdir(tmp_path) == ["ct2"]
     monkeypatch.undo()
     export.to_ctranslate2(
-        random_model(tokenizer.vocab_size, seed=2),
+        other,
         tokenizer,
         path,
         overwrite=True,
@@ -241,8 +249,8 @@ def test_an_existing_export_is_kept_unless_overwrite(
 
 
 @pytest.fixture(scope="module")
-def untrained_pair(tokenizer, tmp_path_factory):
-    model = random_model(tokenizer.vocab_size)
+def untrained_pair(seeded_model, tokenizer, tmp_path_factory):
+    model = seeded_model
     path = export.to_ctranslate2(
         model,
         tokenizer,
@@ -306,11 +314,12 @@ def test_bad_beam_size_is_refused(untrained_export):
     ],
 )
 def test_int8_runs_in_float32_where_the_cpu_would_saturate(
-    faithful, asked, expected, tokenizer, tmp_path, monkeypatch
+    faithful, asked, expected, tokenizer, seeded_model, tmp_path,
+    monkeypatch
 ):
     monkeypatch.setattr(ct2_export, "int8_is_faithful", lambda: faithful)
     path = export.to_ctranslate2(
-        random_model(tokenizer.vocab_size), tokenizer, tmp_path / "q",
+        seeded_model, tokenizer, tmp_path / "q",
         quantization="int8")
     translator = export.load_ctranslate2(path, compute_type=asked)
     assert (translator.compute_type,

@@ -30,9 +30,6 @@ MAX_LENGTH = 32
 # The last two are cut to max_source_length = 32 - 5 = 27 pieces (EOS
 # included) and empty; both paths must treat them alike.
 TEXTS = ["12", "345", "7", "1000", "99", "4072", "", "1" * 40]
-SAVED_MODEL_CLI = os.path.join(
-    os.path.dirname(sys.executable), "saved_model_cli"
-)
 
 
 def _logit_scale(weights):
@@ -89,6 +86,13 @@ def exported(tiny, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def loaded(exported):
+    """The export loaded once in this process (loading and the first call
+    of each signature cost about 2 s): the tests only read it."""
+    return export.load_translator(exported)
+
+
+@pytest.fixture(scope="module")
 def expected(tiny):
     model, tokenizer = tiny
     return translate_texts(
@@ -115,9 +119,12 @@ def test_export_layout(exported):
 
 @pytest.fixture(scope="module")
 def fresh_process(exported):
-    """One fresh process serves two tests: it loads the export with only
+    """One fresh process serves three tests: it loads the export with only
     tensorflow and tensorflow_text (a JSON line of its outputs), then runs
-    `saved_model_cli run` in the same process (its printed results)."""
+    `saved_model_cli show` and `saved_model_cli run` in the same process
+    (their printed results; the `saved_model_cli` program is this `main`
+    and nothing else, and a second process would add only TensorFlow's
+    start-up)."""
     # saved_model_cli does not load tensorflow-text's op library itself, so
     # it runs with tensorflow_text imported first (TF Serving links the ops).
     script = textwrap.dedent(f"""
@@ -139,21 +146,30 @@ def fresh_process(exported):
             tfattn_loaded="tfattn" in sys.modules,
         )), flush=True)
         from tensorflow.python.tools.saved_model_cli import main
-        sys.argv = ["saved_model_cli", "run", "--dir", {str(exported)!r},
-                    "--tag_set", "serve", "--signature_def",
-                    "serving_default", "--input_exprs", 'sentences=["12"]']
-        print("SAVED_MODEL_CLI", flush=True)
+        common = ["--dir", {str(exported)!r}, "--tag_set", "serve",
+                  "--signature_def", "serving_default"]
+        print("SAVED_MODEL_CLI_SHOW", flush=True)
+        sys.argv = ["saved_model_cli", "show", *common]
+        try:
+            main()
+        except SystemExit as exit_:
+            if exit_.code:
+                raise
+        print("SAVED_MODEL_CLI_RUN", flush=True)
+        sys.argv = ["saved_model_cli", "run", *common,
+                    "--input_exprs", 'sentences=["12"]']
         sys.exit(main())
     """)
     out = _run([sys.executable, "-c", script])
-    loaded, cli = out.split("SAVED_MODEL_CLI\n", 1)
-    return json.loads(loaded.splitlines()[-1]), cli
+    loaded, rest = out.split("SAVED_MODEL_CLI_SHOW\n", 1)
+    show, run = rest.split("SAVED_MODEL_CLI_RUN\n", 1)
+    return json.loads(loaded.splitlines()[-1]), show, run
 
 
 @pytest.mark.slow
 def test_fresh_process_matches_translate_texts(fresh_process, expected):
     """Loaded with only tensorflow and tensorflow_text: in-process outputs."""
-    out, _ = fresh_process
+    out, _, _ = fresh_process
     assert not out["tfattn_loaded"]
     assert out["translations"] == expected
     assert out["method"] == expected
@@ -166,8 +182,7 @@ def test_fresh_process_matches_translate_texts(fresh_process, expected):
 
 
 @pytest.mark.slow
-def test_in_process_load_matches(exported, expected):
-    loaded = export.load_translator(exported)
+def test_in_process_load_matches(loaded, expected):
     out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
     assert out["translations"].dtype == tf.string
     assert out["scores"].dtype == tf.float32
@@ -177,19 +192,9 @@ def test_in_process_load_matches(exported, expected):
 
 
 @pytest.mark.slow
-def test_saved_model_cli_show(exported):
-    out = _run(
-        [
-            SAVED_MODEL_CLI,
-            "show",
-            "--dir",
-            str(exported),
-            "--tag_set",
-            "serve",
-            "--signature_def",
-            "serving_default",
-        ]
-    )
+def test_saved_model_cli_show(fresh_process):
+    # `saved_model_cli show` (see `fresh_process`).
+    _, out, _ = fresh_process
     assert "inputs['sentences']" in out
     assert "outputs['translations']" in out
     assert "outputs['scores']" in out
@@ -200,7 +205,7 @@ def test_saved_model_cli_show(exported):
 def test_saved_model_cli_run(tiny, fresh_process):
     # `saved_model_cli run` in a fresh process with tensorflow_text
     # imported first (see `fresh_process`).
-    _, out = fresh_process
+    _, _, out = fresh_process
     model, tokenizer = tiny
     [want] = translate_texts(
         model, tokenizer, ["12"], beam_size=BEAM, extra_length=EXTRA
@@ -277,62 +282,13 @@ def test_forced_failure_leaves_nothing(tiny, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_overwrite(tiny, tmp_path, monkeypatch):
-    """A failed overwrite keeps the old export; a good one replaces it."""
-    model, tokenizer = tiny
-    target = tmp_path / "out"
-    target.mkdir()
-    (target / "old.txt").write_text("old export")
-
-    # A failure late in the export (after the SavedModel is written).
-    def broken_save(model, path):
-        raise RuntimeError("keras save failed")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(saved_model, "_save_keras", broken_save)
-        with pytest.raises(RuntimeError, match="keras save failed"):
-            export.export_translator(
-                model,
-                tokenizer,
-                target,
-                overwrite=True,
-                beam_size=1,
-                extra_length=EXTRA,
-            )
-    assert sorted(os.listdir(tmp_path)) == ["out"]
-    assert os.listdir(target) == ["old.txt"]
-
-    keras_path = tmp_path / "keras" / "tiny.keras"
-    export.export_translator(
-        model,
-        tokenizer,
-        target,
-        overwrite=True,
-        beam_size=1,
-        extra_length=EXTRA,
-        keras_path=keras_path,
-    )
-    assert sorted(os.listdir(tmp_path)) == ["keras", "out"]
-    assert os.listdir(tmp_path / "keras") == ["tiny.keras"]
-    assert "old.txt" not in os.listdir(target)
-    assert "model.keras" not in os.listdir(target)
-    loaded = export.load_translator(target)
-    assert loaded.settings["beam_size"] == 1
-    greedy = translate_texts(
-        model, tokenizer, TEXTS[:3], beam_size=1, extra_length=EXTRA
-    )
-    assert loaded.translate(TEXTS[:3]) == greedy
-
-
-@pytest.mark.slow
-def test_attention_signature_equals_the_python_model(tiny, exported):
+def test_attention_signature_equals_the_python_model(tiny, loaded):
     """The `attention` signature returns, for the same sentences, the
     translations, pieces and weights that the Python model and
     `tfattn.visualize.attention_maps` give."""
     from tfattn import visualize
 
     model, tokenizer = tiny
-    loaded = export.load_translator(exported)
     sentences = ["4072", "12"]
     out = loaded.signatures["attention"](sentences=tf.constant(sentences))
     layers = len(model.encoder.blocks)
@@ -368,10 +324,9 @@ def test_attention_signature_equals_the_python_model(tiny, exported):
 
 
 @pytest.mark.parametrize("shape", [(), (2, 2)])
-def test_serving_refuses_inputs_that_are_not_a_vector(exported, shape):
+def test_serving_refuses_inputs_that_are_not_a_vector(loaded, shape):
     """The signature declares [None] strings; a scalar or a matrix used to
     give 1 or 4 translations. Refused in the graph, naming the input."""
-    loaded = export.load_translator(exported)
     sentences = tf.fill(shape, "12")
     for signature in ("serving_default", "attention"):
         with pytest.raises(
@@ -381,9 +336,8 @@ def test_serving_refuses_inputs_that_are_not_a_vector(exported, shape):
             loaded.signatures[signature](sentences=sentences)
 
 
-def test_serving_flags_the_sources_it_truncated(exported):
+def test_serving_flags_the_sources_it_truncated(loaded):
     """TEXTS[-1] has 40 digits: more than max_source_length = 27 pieces."""
-    loaded = export.load_translator(exported)
     out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
     assert out["truncated"].dtype == tf.bool
     assert out["truncated"].numpy().tolist() == [False] * 7 + [True]
@@ -391,22 +345,67 @@ def test_serving_flags_the_sources_it_truncated(exported):
     assert attention["truncated"].numpy().tolist() == [False] * 7 + [True]
 
 
+def _save_a_trivial_saved_model(translator, directory):
+    """Stands for `saved_model._save_saved_model` in a failing overwrite:
+    a (trivial) SavedModel written where the export's goes, then the
+    `.keras` save fails. What is under test is the directory's
+    replacement, not what the SavedModel holds; the good overwrite below
+    writes the real one (tracing the translator costs about 5 s of CPU)."""
+    tf.saved_model.save(tf.Module(), directory)
+    assert os.path.isfile(os.path.join(directory, "saved_model.pb"))
+
+
 @pytest.mark.slow
-def test_an_xla_export_translates_as_the_python_xla_path(tiny, tmp_path):
-    """`jit_compile=True`: the SavedModel's search runs under XLA on sources
-    padded to max_source_length, and translates as
+def test_overwrite_then_an_xla_export_translates_as_the_python_xla_path(
+        tiny, tmp_path, monkeypatch):
+    """A failed overwrite keeps the old export; a good one replaces it.
+
+    The good one is `jit_compile=True`: the SavedModel's search runs under
+    XLA on sources padded to max_source_length, and translates as
     `translate_texts(jit_compile=True)` does."""
     model, tokenizer = tiny
-    export_dir = tmp_path / "xla"
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old export")
+
+    # A failure late in the export (after the SavedModel is written).
+    def broken_save(model, path):
+        raise RuntimeError("keras save failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(saved_model, "_save_saved_model",
+                      _save_a_trivial_saved_model)
+        patch.setattr(saved_model, "_save_keras", broken_save)
+        with pytest.raises(RuntimeError, match="keras save failed"):
+            export.export_translator(
+                model,
+                tokenizer,
+                target,
+                overwrite=True,
+                beam_size=BEAM,
+                extra_length=EXTRA,
+                jit_compile=True,
+            )
+    assert sorted(os.listdir(tmp_path)) == ["out"], "failed overwrite"
+    assert os.listdir(target) == ["old.txt"], "failed overwrite"
+
+    keras_path = tmp_path / "keras" / "tiny.keras"
     export.export_translator(
         model,
         tokenizer,
-        export_dir,
+        target,
+        overwrite=True,
         beam_size=BEAM,
         extra_length=EXTRA,
+        keras_path=keras_path,
         jit_compile=True,
     )
-    loaded = export.load_translator(export_dir)
+    assert sorted(os.listdir(tmp_path)) == ["keras", "out"], "overwrite"
+    assert os.listdir(tmp_path / "keras") == ["tiny.keras"], "keras_path"
+    assert "old.txt" not in os.listdir(target), "overwrite"
+    assert "model.keras" not in os.listdir(target), "keras_path"
+    loaded = export.load_translator(target)
+    assert loaded.settings["beam_size"] == BEAM, "the export's settings"
     out = loaded.signatures["serving_default"](sentences=tf.constant(TEXTS))
     want = translate_texts(
         model,
@@ -417,7 +416,9 @@ def test_an_xla_export_translates_as_the_python_xla_path(tiny, tmp_path):
         jit_compile=True,
         batch_size=len(TEXTS),
     )
-    assert [t.decode() for t in out["translations"].numpy()] == want
+    got = [t.decode() for t in out["translations"].numpy()]
+    assert got == want, "the XLA export against translate_texts(XLA)"
+    assert loaded.translate(TEXTS) == want, "SavedModelTranslator (XLA)"
     assert out["truncated"].numpy().tolist() == [False] * 7 + [True]
     with pytest.raises(ValueError, match="`jit_compile`.*jit_compile='yes'"):
         export.export_translator(

@@ -7,6 +7,7 @@ import re
 import struct
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -172,23 +173,62 @@ def test_cli_refuses_an_output_file_and_an_untrained_dir(trained, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
-def test_cli_as_a_program(trained, tmp_path):
-    model_dir, _ = trained
-    command = [
-        sys.executable,
-        "-m",
-        "tfattn.visualize",
-        f"--model_dir={model_dir}",
-        "--text=315",
-        f"--output_dir={tmp_path / 'out'}",
-    ]
-    env = dict(os.environ, PYTHONPATH=REPO)
+# `python -m tfattn.visualize` twice in one fresh process: the module's
+# `main` under `app.run`, as `-m` runs it (a second process would add only
+# TensorFlow's start-up). Each run's status and output, between markers;
+# then whether the library's modules imported `hparams`, the application's
+# sets (train.py's; `pip install` does not install them).
+_LIBRARY = ("tfattn", "tfattn.training", "tfattn.decoding.evaluation",
+            "tfattn.export", "tfattn.decoding.translate",
+            "tfattn.training.run_dir", "tfattn.training.model_io",
+            "tfattn.training.distribute", "tfattn.config",
+            "tfattn.data.sources", "tfattn.cli.flags", "tfattn.cli.exits")
+_PROGRAM = textwrap.dedent(f"""
+    import importlib, json, sys
+    from absl import app
+    from tfattn.visualize import __main__ as program
+    for argv in json.loads(sys.argv[1]):
+        for stream in (sys.stdout, sys.stderr):
+            print("RUN", flush=True, file=stream)
+        try:
+            app.run(program.main, argv=argv)
+        except SystemExit as exit_:
+            print(f"STATUS {{exit_.code or 0}}", flush=True)
+    for name in {_LIBRARY!r}:
+        importlib.import_module(name)
+    print("LIBRARY IMPORTED HPARAMS", "hparams" in sys.modules, flush=True)
+""")
+
+
+def _program_runs(*argvs):
+    """(status, stdout, stderr) of each `python -m tfattn.visualize ARGV`,
+    run in one fresh process; and whether `hparams` was imported there."""
+    argvs = [["python -m tfattn.visualize", *argv] for argv in argvs]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO
+        [sys.executable, "-c", _PROGRAM, json.dumps(argvs)],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "Translation:" in done.stdout and "index.html" in done.stdout
+    stdout, library = done.stdout.rsplit("LIBRARY IMPORTED HPARAMS ", 1)
+    outs = stdout.split("RUN\n")[1:]
+    errs = done.stderr.split("RUN\n")[1:]
+    assert len(outs) == len(errs) == len(argvs), done.stderr[-2000:]
+    runs = []
+    for out, err in zip(outs, errs):
+        *lines, status = out.splitlines()
+        runs.append((int(status.removeprefix("STATUS ")), "\n".join(lines),
+                     err))
+    return runs, library.strip() == "True"
+
+
+@pytest.mark.slow
+def test_cli_as_a_program(trained, tmp_path):
+    """The program prints the translation and the files; a failure is one
+    line. Its process also imports the library's modules: none imports
+    the hparams sets (the fresh process the library's import check
+    needs, shared)."""
+    model_dir, _ = trained
     # A failure ends as one line, status 1, nothing written: here a
     # vocabulary that TensorFlow cannot read (a directory where spm.model
     # should be: its own FailedPreconditionError, which the boundary
@@ -200,16 +240,23 @@ def test_cli_as_a_program(trained, tmp_path):
     shutil.copytree(model_dir, corrupt)
     (corrupt / "spm.model").unlink()
     (corrupt / "spm.model").mkdir()
-    broken = subprocess.run(
-        [command[0], "-m", "tfattn.visualize", f"--model_dir={corrupt}",
-         "--text=315", f"--output_dir={tmp_path / 'c'}"],
-        capture_output=True, text=True, timeout=300, env=env, cwd=REPO,
+    runs, hparams_imported = _program_runs(
+        [f"--model_dir={model_dir}", "--text=315",
+         f"--output_dir={tmp_path / 'out'}"],
+        [f"--model_dir={corrupt}", "--text=315",
+         f"--output_dir={tmp_path / 'c'}"],
     )
-    assert broken.returncode == 1, broken.stderr[-2000:]
-    assert "Traceback" not in broken.stderr
-    assert re.search(r"^Error: .*spm.model; Is a directory$", broken.stderr,
+    (status, out, err), (broken, _, broken_err) = runs
+    assert status == 0, err[-2000:]
+    assert "Translation:" in out and "index.html" in out
+    assert (tmp_path / "out" / "index.html").exists()
+    assert broken == 1, broken_err[-2000:]
+    assert "Traceback" not in broken_err
+    assert re.search(r"^Error: .*spm.model; Is a directory$", broken_err,
                      re.M)
     assert not (tmp_path / "c").exists()
+    assert not hparams_imported, (
+        "the library imported hparams, the application's sets")
 
 
 @pytest.mark.slow
