@@ -27,19 +27,41 @@ TEXTS = ["the quick brown fox is jumping over the lazy dog",
 
 
 @pytest.fixture(scope="module")
-def bert_dirs(tmp_path_factory):
+def hub_mlm():
+    """The keras-hub BertMaskedLM every directory here is written from."""
+    return bfx.hub_masked_lm()
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory, hub_mlm):
+    """{"pretraining": a Hugging Face BertForPreTraining directory,
+    "data": a dataset prefix}: what fine-tuning reads."""
+    root = tmp_path_factory.mktemp("bert_data")
+    dirs = {"pretraining": str(root / "pretraining")}
+    bfx.write_huggingface(dirs["pretraining"],
+                          bfx.hf_tensors(hub_mlm, extras=True),
+                          bfx.hf_config("BertForPreTraining"))
+    prefix = str(root / "data" / "t")
+    os.makedirs(os.path.dirname(prefix))
+    for split in ("train", "validation", "test"):
+        with open(f"{prefix}.{split}.txt", "w") as f:
+            f.write("\n".join(TEXTS) + "\n")
+    dirs["data"] = prefix
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def bert_dirs(tmp_path_factory, hub_mlm, data_dirs):
     """{name: directory}: Hugging Face BertForMaskedLM, BertForPreTraining,
     BertModel and BertForSequenceClassification directories, keras-hub
     BertMaskedLM and BertTextClassifier presets; "data": a dataset
     prefix."""
     root = tmp_path_factory.mktemp("bert")
-    mlm = bfx.hub_masked_lm()
+    mlm = hub_mlm
     dirs = {name: str(root / name) for name in (
-        "mlm", "pretraining", "encoder", "classifier", "hub", "hub_cls")}
+        "mlm", "encoder", "classifier", "hub", "hub_cls")}
+    dirs.update(data_dirs)
     bfx.write_huggingface(dirs["mlm"], bfx.hf_tensors(mlm), bfx.hf_config())
-    bfx.write_huggingface(dirs["pretraining"],
-                          bfx.hf_tensors(mlm, extras=True),
-                          bfx.hf_config("BertForPreTraining"))
     encoder = {k: v for k, v in bfx.hf_tensors(mlm).items()
                if k.startswith("bert.")}
     bfx.write_huggingface(dirs["encoder"], encoder,
@@ -49,12 +71,6 @@ def bert_dirs(tmp_path_factory):
                           bfx.hf_config("BertForSequenceClassification"))
     mlm.save_to_preset(dirs["hub"])
     classifier.save_to_preset(dirs["hub_cls"])
-    prefix = str(root / "data" / "t")
-    os.makedirs(os.path.dirname(prefix))
-    for split in ("train", "validation", "test"):
-        with open(f"{prefix}.{split}.txt", "w") as f:
-            f.write("\n".join(TEXTS) + "\n")
-    dirs["data"] = prefix
     return dirs
 
 
@@ -121,12 +137,14 @@ def test_the_masked_lm_kinds_fix_the_architecture(bert_dirs, which):
 
 
 @pytest.mark.slow
-def test_bert_fine_tunes_evaluates_and_exports(bert_dirs, tmp_path, capsys):
+def test_bert_fine_tunes_evaluates_and_exports(data_dirs, tmp_path, capsys):
     model_dir = str(tmp_path / "run")
     status, line = _main(
-        f"--init_from={bert_dirs['pretraining']}", "--hparams=bert_tiny",
-        f"--dataset=textfiles:{bert_dirs['data']}", "--train_steps=3",
-        "--hparams_overrides=whole_word_masking=true",
+        f"--init_from={data_dirs['pretraining']}", "--hparams=bert_tiny",
+        f"--dataset=textfiles:{data_dirs['data']}", "--train_steps=3",
+        # A shuffle buffer of 64 (the default 10,000 would tokenize and
+        # mask 10,000 texts of the repeated corpus before the first step).
+        "--hparams_overrides=whole_word_masking=true,shuffle_buffer_size=64",
         "--mixed_precision=off", "--mode=train", f"--model_dir={model_dir}")
     assert status == 0, line
     with open(os.path.join(model_dir, "pretrained", "pretrained.json")) as f:
@@ -135,12 +153,12 @@ def test_bert_fine_tunes_evaluates_and_exports(bert_dirs, tmp_path, capsys):
     # then evaluated and exported in the same invocation.
     status, line = _main(f"--model_dir={model_dir}", "--train_steps=4",
                          "--mode=all",
-                         f"--dataset=textfiles:{bert_dirs['data']}")
+                         f"--dataset=textfiles:{data_dirs['data']}")
     assert status == 0, line
     out = capsys.readouterr().out
     assert "Masked-token accuracy on the test split" in out
     assert "Exported a fill-mask model" in out
-    checkpoint, tokenizer = pretrained.load(bert_dirs["pretraining"])
+    checkpoint, tokenizer = pretrained.load(data_dirs["pretraining"])
     model, restored, saved = run_dir.restore_model(model_dir)
     assert type(restored).__name__ == "WordPieceTokenizer"
     assert saved.vocab_size == tokenizer.vocab_size

@@ -3,6 +3,8 @@ side of the data, evaluation by perplexity (checked against a NumPy
 rescoring of each text on its own, unbatched), sample continuations,
 monolingual text files streamed and checked, and one-line errors."""
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -36,28 +38,49 @@ def _write(path, text):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """gpt_tiny trained 60 steps on text files, in-process."""
+def run(tmp_path_factory):
+    """gpt_tiny trained 60 steps on text files (batches of 8 texts, a
+    shuffle buffer of 64: the default 10,000 would tokenize 10,000
+    texts of the repeated corpus before the first step), then
+    evaluated on the test split and exported, in one in-process
+    `--mode=all` invocation: (the data's root, the model directory, what
+    the run printed)."""
     root = tmp_path_factory.mktemp("lm")
     _write(root / "text.train.txt", "\n".join(TEXTS) + "\n")
     _write(root / "text.validation.txt", "\n".join(TEXTS[:4]) + "\n")
     _write(root / "text.test.txt", "\n".join(TEXTS[:6]) + "\n")
     model_dir = root / "run"
-    status, line = _main(
-        "--hparams=gpt_tiny", f"--dataset=textfiles:{root}/text",
-        "--hparams_overrides=vocab_size=40,num_layers=1,"
-        "checkpoint_every_steps=30,log_every_steps=30,warmup_steps=20",
-        "--train_steps=60", f"--model_dir={model_dir}")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status, line = _main(
+            "--hparams=gpt_tiny", f"--dataset=textfiles:{root}/text",
+            "--hparams_overrides=vocab_size=40,num_layers=1,"
+            "checkpoint_every_steps=30,log_every_steps=30,warmup_steps=20,"
+            "batch_size=8,shuffle_buffer_size=64",
+            "--train_steps=60", "--mode=all", f"--model_dir={model_dir}")
     FLAGS.unparse_flags()
     assert status == 0, line
-    return root, model_dir
+    return root, model_dir, out.getvalue()
 
 
-def test_training_writes_a_causal_lm_with_its_task(trained):
+@pytest.fixture(scope="module")
+def trained(run):
+    """(the data's root, the model directory)."""
+    return run[:2]
+
+
+@pytest.fixture(scope="module")
+def restored(trained):
+    """The run's model, tokenizer and hparams, restored once: the tests
+    only read them, and share the model's compiled searches."""
+    return run_dir.restore_model(str(trained[1]))
+
+
+def test_training_writes_a_causal_lm_with_its_task(trained, restored):
     _, model_dir = trained
     saved = run_dir.load_saved_hparams(str(model_dir))
     assert saved.task == "language_model"
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    model, tokenizer, _ = restored
     assert isinstance(model, CausalLM)
     assert model.output_dense is None  # tied to the token embedding
 
@@ -104,17 +127,13 @@ def _continuation_scales(model, tokenizer, prompts, max_new_tokens):
     return np.array(scales), longest
 
 
-def test_eval_reports_perplexity_equal_to_a_numpy_rescoring(trained,
-                                                            capsys):
-    root, model_dir = trained
-    status, line = _main(f"--model_dir={model_dir}", "--mode=eval",
-                         f"--dataset=textfiles:{root}/text")
-    assert status == 0, line
-    out = capsys.readouterr().out
+def test_eval_reports_perplexity_equal_to_a_numpy_rescoring(run, restored):
+    # The evaluation of the `--mode=all` run (train, eval, export).
+    _, model_dir, out = run
     assert "Perplexity on the test split:" in out
     with open(model_dir / "metrics_test.json") as f:
         metrics = json.load(f)
-    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = restored
     texts = TEXTS[:6]
     scored = [_numpy_nll(model, tokenizer, t) for t in texts]
     total = sum(nll for nll, _, _ in scored)
@@ -138,14 +157,17 @@ def test_eval_reports_perplexity_equal_to_a_numpy_rescoring(trained,
     assert len(metrics["samples"]) == 5
 
 
-def test_continuations_start_with_their_prompts(trained):
-    _, model_dir = trained
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+def test_continuations_start_with_their_prompts(restored):
+    model, tokenizer, hp = restored
+    # The prompts and length of `continue_details` in
+    # test_export_continues_greedily_as_python_does: the same compiled
+    # search (the fourth prompt is cut to its window, the third empty).
     continued = lm_evaluation.continue_texts(
-        model, tokenizer, ["the cat", "a dog ran"], max_new_tokens=6)
+        model, tokenizer, PROMPTS, max_new_tokens=hp.decode_extra_length)
     assert continued[0].startswith("the cat")
-    assert continued[1].startswith("a dog ran")
-    assert any(len(c.split()) > 3 for c in continued)
+    assert continued[1].startswith("a dog ran in")
+    # Words were added after a prompt (2 and 4 words).
+    assert len(continued[0].split()) > 2 or len(continued[1].split()) > 4
 
 
 def test_numbers_and_multi30k_read_one_side():
@@ -206,13 +228,10 @@ def test_eval_every_steps_is_refused_for_a_language_model():
 
 
 @pytest.fixture(scope="module")
-def exported(trained):
-    """The run's export, written by `train.py --mode=export`."""
-    root, model_dir = trained
-    status, line = _main(f"--model_dir={model_dir}", "--mode=export",
-                         f"--dataset=textfiles:{root}/text")
-    FLAGS.unparse_flags()
-    assert status == 0, line
+def exported(run):
+    """The run's export, written by its `--mode=all`."""
+    _, model_dir, out = run
+    assert "Exported a prompt-to-continuation language model" in out
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
 
@@ -222,22 +241,22 @@ def exported(trained):
 PROMPTS = ["the cat", "a dog ran in", "", "the " * 30]
 
 
-def test_export_continues_greedily_as_python_does(trained, exported):
+def test_export_continues_greedily_as_python_does(restored, exported):
     import tensorflow as tf
 
-    _, model_dir = trained
     out = exported.signatures["serving_default"](prompts=tf.constant(PROMPTS))
     continuations = [c.decode() for c in out["continuations"].numpy()]
     assert out["truncated"].numpy().tolist() == [False, False, False, True]
-    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = restored
     # All four prompts, the long one too: both read the same window.
     python = lm_evaluation.continue_details(
         model, tokenizer, PROMPTS, max_new_tokens=hp.decode_extra_length)
     assert continuations == python.continuations
     assert python.truncated == [False, False, False, True]
-    # The scores are those of CausalLM.generate on the same prompts: sums
-    # of at most decode_extra_length log-probabilities, at the magnitude
-    # of their logits.
+    # The scores are those of CausalLM.generate on the same prompts (under
+    # XLA, its default: the export's plain graph against XLA): sums of at
+    # most decode_extra_length log-probabilities, at the magnitude of their
+    # logits.
     rows = [[BOS_ID] + p for p in tokenizer.tokenize(PROMPTS[:3]).to_list()]
     _, scores = model.generate(rows, hp.decode_extra_length)
     scales, longest = _continuation_scales(model, tokenizer, PROMPTS,
@@ -260,15 +279,16 @@ def test_sample_signature_repeats_with_its_seed(exported):
             seed=tf.constant(seed, tf.int64))
         return out["continuations"].numpy().tolist()
 
-    assert sample(1) == sample(1)
-    assert sample(1) != sample(2) or sample(1) != sample(3)
+    first = sample(1)
+    assert first == sample(1)
+    assert first != sample(2) or first != sample(3)
     with pytest.raises(tf.errors.InvalidArgumentError, match="temperature"):
         sample(1, temperature=0.0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="top_p"):
         sample(1, top_p=1.5)
 
 
-def test_ctranslate2_generator_equals_the_model(trained):
+def test_ctranslate2_generator_equals_the_model(trained, restored):
     """CTranslate2's decoder-only engine on the export, float32: the
     per-token log-probabilities of tfattn's forward pass to the rounding
     bound of tests/bounds.py (two float32 engines summing in different
@@ -283,7 +303,8 @@ def test_ctranslate2_generator_equals_the_model(trained):
     assert status == 0, line
     generator = ctranslate2.Generator(str(model_dir / "ctranslate2"),
                                       device="cpu")
-    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = restored
+    prompts = []
     for text in TEXTS[:4]:
         ids = [BOS_ID] + tokenizer.tokenize([text]).to_list()[0]
         tokens = [tokenizer.id_to_piece(i) for i in ids]
@@ -297,12 +318,16 @@ def test_ctranslate2_generator_equals_the_model(trained):
             scored, want,
             terms=_log_prob_terms(hp, len(ids), tokenizer.vocab_size),
             scale=max(largest, np.abs(want).max()))
-        prompt = ids[:3]
-        ours, _ = model.generate([prompt], 6)
-        ours = [tokenizer.id_to_piece(int(i)) for i in ours[0] if i]
+        prompts.append(ids[:3])
+    # The four greedy continuations in one batch (rows are independent),
+    # in a plain graph (XLA's generate is compared with the export's
+    # plain graph in test_export_continues_greedily_as_python_does).
+    generated, _ = model.generate(prompts, 6, jit_compile=False)
+    for prompt, row in zip(prompts, generated):
+        ours = [tokenizer.id_to_piece(int(i)) for i in row if i]
         theirs = generator.generate_batch(
-            [tokens[:3]], max_length=6, sampling_topk=1,
-            include_prompt_in_result=False)[0].sequences[0]
+            [[tokenizer.id_to_piece(i) for i in prompt]], max_length=6,
+            sampling_topk=1, include_prompt_in_result=False)[0].sequences[0]
         # CTranslate2 leaves the end token out of its result.
         assert [t for t in ours if t != "</s>"] == theirs
 

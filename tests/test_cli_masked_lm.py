@@ -4,6 +4,8 @@ accuracy and perplexity, checked against a NumPy rescoring of blanks the
 test chooses itself), fill-mask in Python and from the SavedModel (checked
 against the model's own softmax in NumPy), and one-line errors."""
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -45,26 +47,46 @@ def _logit_terms(hp, length, vocab_size):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """bert_tiny trained 60 steps on text files, in-process."""
+def run(tmp_path_factory):
+    """bert_tiny trained 60 steps on text files (batches of 8 texts, a
+    shuffle buffer of 64: the default 10,000 would tokenize 10,000
+    texts of the repeated corpus before the first step), then
+    evaluated on the test split and exported, in one in-process
+    `--mode=all` invocation: (the data's root, the model directory, what
+    the run printed)."""
     root = tmp_path_factory.mktemp("mlm")
     _write(root / "text.train.txt", "\n".join(TEXTS) + "\n")
     _write(root / "text.validation.txt", "\n".join(TEXTS[:4]) + "\n")
     _write(root / "text.test.txt", "\n".join(TEXTS[:6]) + "\n")
     model_dir = root / "run"
-    status, line = _main(
-        "--hparams=bert_tiny", f"--dataset=textfiles:{root}/text",
-        "--hparams_overrides=vocab_size=40,num_layers=1,"
-        "checkpoint_every_steps=30,log_every_steps=30,warmup_steps=20",
-        "--train_steps=60", f"--model_dir={model_dir}")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status, line = _main(
+            "--hparams=bert_tiny", f"--dataset=textfiles:{root}/text",
+            "--hparams_overrides=vocab_size=40,num_layers=1,"
+            "checkpoint_every_steps=30,log_every_steps=30,warmup_steps=20,"
+            "batch_size=8,shuffle_buffer_size=64",
+            "--train_steps=60", "--mode=all", f"--model_dir={model_dir}")
     FLAGS.unparse_flags()
     assert status == 0, line
-    return root, model_dir
+    return root, model_dir, out.getvalue()
 
 
-def test_a_blank_written_as_a_word_loses_its_lone_word_start(trained):
-    _, model_dir = trained
-    _, tokenizer, _ = run_dir.restore_model(str(model_dir))
+@pytest.fixture(scope="module")
+def trained(run):
+    """(the data's root, the model directory)."""
+    return run[:2]
+
+
+@pytest.fixture(scope="module")
+def restored(trained):
+    """The run's model, tokenizer and hparams, restored once (the tests
+    only read them)."""
+    return run_dir.restore_model(str(trained[1]))
+
+
+def test_a_blank_written_as_a_word_loses_its_lone_word_start(restored):
+    _, tokenizer, _ = restored
     space = tokenizer.piece_to_id("\u2581")
     pieces = tokenizer.tokenize(["the [MASK] sat"]).to_list()[0]
     assert space in pieces  # SentencePiece's own split: "▁" then [MASK]
@@ -72,22 +94,19 @@ def test_a_blank_written_as_a_word_loses_its_lone_word_start(trained):
     assert kept == [p for p in pieces if p != space]
 
 
-def test_training_writes_a_masked_lm_with_a_mask_piece(trained):
+def test_training_writes_a_masked_lm_with_a_mask_piece(trained, restored):
     _, model_dir = trained
     saved = run_dir.load_saved_hparams(str(model_dir))
     assert saved.task == "masked_lm" and saved.activation == "gelu"
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+    model, tokenizer, _ = restored
     assert isinstance(model, MaskedLM)
     assert tokenizer.mask_id == model.mask_token_id == 4
     assert tokenizer.tokenize(["the [MASK] sat"]).to_list()[0].count(4) == 1
 
 
-def test_eval_reports_the_figures_it_writes(trained, capsys):
-    root, model_dir = trained
-    status, line = _main(f"--model_dir={model_dir}", "--mode=eval",
-                         f"--dataset=textfiles:{root}/text")
-    assert status == 0, line
-    out = capsys.readouterr().out
+def test_eval_reports_the_figures_it_writes(run):
+    # The evaluation of the `--mode=all` run (train, eval, export).
+    _, model_dir, out = run
     match = re.search(r"Masked-token accuracy on the test split: "
                       r"([\d.]+)%, perplexity at the blanks ([\d.]+)", out)
     assert match, out
@@ -122,12 +141,11 @@ class _FixedBlanks:
                 "mask_weights": used.astype(np.float32)}
 
 
-def test_masked_lm_scores_equal_a_numpy_rescoring_of_fixed_blanks(trained):
+def test_masked_lm_scores_equal_a_numpy_rescoring_of_fixed_blanks(restored):
     # Rows and blanks from the formulas here (`<s> pieces </s>`, blanks at
     # fixed positions), the model's full logits [1, T, V] per row, and
     # NumPy's log-softmax: accuracy and perplexity over the blanks.
-    _, model_dir = trained
-    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+    model, tokenizer, hp = restored
     texts = TEXTS[:5] + ["a", ""]
     masker = _FixedBlanks()
     got = mlm_evaluation.masked_lm_scores(model, tokenizer, texts, masker,
@@ -166,9 +184,8 @@ def test_masked_lm_scores_equal_a_numpy_rescoring_of_fixed_blanks(trained):
                         dtype="float64")
 
 
-def test_fill_mask_returns_the_softmax_top_k_of_each_blank(trained):
-    _, model_dir = trained
-    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+def test_fill_mask_returns_the_softmax_top_k_of_each_blank(restored):
+    model, tokenizer, hp = restored
     texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
     filled = mlm_evaluation.fill_mask(model, tokenizer, texts, top_k=3)
     assert [len(blanks) for blanks in filled] == [1, 2]
@@ -205,9 +222,8 @@ def _read(sp, token_id):
     return sp.decode_pieces([sp.id_to_piece(token_id)])
 
 
-def test_fill_mask_refuses_texts_without_a_blank(trained):
-    _, model_dir = trained
-    model, tokenizer, _ = run_dir.restore_model(str(model_dir))
+def test_fill_mask_refuses_texts_without_a_blank(restored):
+    model, tokenizer, _ = restored
     with pytest.raises(ValueError,
                        match="texts\\[1\\].*at least one \\[MASK\\]"):
         mlm_evaluation.fill_mask(model, tokenizer, ["[MASK]", "no blank"])
@@ -216,17 +232,15 @@ def test_fill_mask_refuses_texts_without_a_blank(trained):
 
 
 @pytest.fixture(scope="module")
-def exported(trained):
-    root, model_dir = trained
-    status, line = _main(f"--model_dir={model_dir}", "--mode=export",
-                         f"--dataset=textfiles:{root}/text")
-    assert status == 0, line
+def exported(run):
+    """The run's export, written by its `--mode=all`."""
+    _, model_dir, out = run
+    assert "Exported a fill-mask model" in out
     return tf.saved_model.load(str(model_dir / "export"))
 
 
-def test_the_fill_mask_signature_equals_python(trained, exported):
-    _, model_dir = trained
-    model, tokenizer, hp = run_dir.restore_model(str(model_dir))
+def test_the_fill_mask_signature_equals_python(restored, exported):
+    model, tokenizer, hp = restored
     texts = ["the [MASK] sat on the mat", "[MASK] dog ran in the [MASK]"]
     out = exported.signatures["fill_mask"](texts=tf.constant(texts))
     # A probability moves by at most its logits' error: the scale is the
@@ -267,9 +281,8 @@ def test_a_ctranslate2_export_is_refused_in_one_line(trained):
     assert not (root / "ct2").exists()
 
 
-def test_the_classifier_loads_the_pretrained_encoder(trained):
-    _, model_dir = trained
-    model, _, _ = run_dir.restore_model(str(model_dir))
+def test_the_classifier_loads_the_pretrained_encoder(restored):
+    model, _, _ = restored
     classifier = SequenceClassifier.from_masked_lm(model, num_classes=2)
     ids = np.array([[2, 5, 6, 7, 3]], np.int32)
     np.testing.assert_array_equal(np.asarray(classifier.text_encoder(ids)),

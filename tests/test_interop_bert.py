@@ -65,6 +65,24 @@ def source(tmp_path_factory):
     return mlm, classifier, dirs
 
 
+@pytest.fixture(scope="module")
+def read(source):
+    """read(reader, which): `bert.from_keras_hub` ("hub") or
+    `bert.from_huggingface` ("hf") of `source`'s directory `which`, each
+    read once: (model, tokenizer), which the tests only read."""
+    _, _, dirs = source
+    cache = {}
+
+    def read(reader, which):
+        if (reader, which) not in cache:
+            load = (bert.from_keras_hub if reader == "hub"
+                    else bert.from_huggingface)
+            cache[reader, which] = load(dirs[which])
+        return cache[reader, which]
+
+    return read
+
+
 def _batch():
     """BERT ids [2, 10] ([CLS] ... [SEP], the second row right-padded),
     segments 0 then 1, and masked positions at real tokens."""
@@ -120,18 +138,18 @@ def _numpy_head(x, tensors, epsilon, order):
 # --------------------------------------------------------------------------
 # Equal to keras-hub.
 
-def test_keras_hub_masked_lm_preset_gives_its_logits(source):
-    mlm, _, dirs = source
-    model, tokenizer = bert.from_keras_hub(dirs["mlm"])
+def test_keras_hub_masked_lm_preset_gives_its_logits(source, read):
+    mlm, _, _ = source
+    model, tokenizer = read("hub", "mlm")
     assert isinstance(model, MaskedLM) and tokenizer.lowercase
     ids, segments, positions = _batch()
     _assert_mlm_equal(_ours(model, tokenizer, ids, segments, positions),
                       _hub(mlm, ids, segments, positions), tokenizer.order)
 
 
-def test_keras_hub_classifier_preset_gives_its_logits(source):
-    _, classifier, dirs = source
-    model, tokenizer = bert.from_keras_hub(dirs["cls"])
+def test_keras_hub_classifier_preset_gives_its_logits(source, read):
+    _, classifier, _ = source
+    model, tokenizer = read("hub", "cls")
     assert isinstance(model, SequenceClassifier) and model.num_classes == 3
     ids, segments, _ = _batch()
     theirs = _hub(classifier, ids, segments)
@@ -143,11 +161,12 @@ def test_keras_hub_classifier_preset_gives_its_logits(source):
 
 
 @pytest.mark.parametrize("which", ["hf", "sharded"])
-def test_huggingface_masked_lm_equals_keras_hub_reading_it(source, which):
+def test_huggingface_masked_lm_equals_keras_hub_reading_it(source, read,
+                                                          which):
     import keras_hub
 
     mlm, _, dirs = source
-    model, tokenizer = bert.from_huggingface(dirs[which])
+    model, tokenizer = read("hf", which)
     ids, segments, positions = _batch()
     # keras-hub reads the same directory with its own converter.
     backbone = keras_hub.models.BertBackbone.from_preset(dirs[which])
@@ -165,9 +184,9 @@ def test_huggingface_masked_lm_equals_keras_hub_reading_it(source, which):
         theirs[..., 1:], terms=MLM_TERMS)
 
 
-def test_huggingface_classifier_equals_keras_hub(source):
-    _, classifier, dirs = source
-    model, tokenizer = bert.from_huggingface(dirs["hf_cls"])
+def test_huggingface_classifier_equals_keras_hub(source, read):
+    _, classifier, _ = source
+    model, tokenizer = read("hf", "hf_cls")
     ids, segments, _ = _batch()
     bounds.assert_close(_ours(model, tokenizer, ids, segments),
                         _hub(classifier, ids, segments),
@@ -200,11 +219,11 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("which", ["hf", "hf_cls"])
-def test_huggingface_round_trip_is_exact(source, tmp_path, which):
+def test_huggingface_round_trip_is_exact(source, read, tmp_path, which):
     from tfattn.interop import hf_files
 
     _, _, dirs = source
-    model, tokenizer = bert.from_huggingface(dirs[which])
+    model, tokenizer = read("hf", which)
     bert.to_huggingface(model, tokenizer, str(tmp_path))
     again, again_tokenizer = bert.from_huggingface(str(tmp_path))
     _assert_same(model, again)
@@ -220,9 +239,9 @@ def test_huggingface_round_trip_is_exact(source, tmp_path, which):
 
 @pytest.mark.parametrize("which", ["mlm", "cls"])
 def test_keras_hub_round_trip_is_exact_and_keras_hub_reads_it(
-        source, tmp_path, which):
-    mlm, classifier, dirs = source
-    model, tokenizer = bert.from_keras_hub(dirs[which])
+        source, read, tmp_path, which):
+    mlm, classifier, _ = source
+    model, tokenizer = read("hub", which)
     bert.to_keras_hub(model, tokenizer, str(tmp_path))
     again, _ = bert.from_keras_hub(str(tmp_path))
     _assert_same(model, again)
@@ -236,24 +255,31 @@ def test_keras_hub_round_trip_is_exact_and_keras_hub_reads_it(
                         terms=(MLM_TERMS, CLASSIFIER_TERMS)[which == "cls"])
 
 
-def test_bert_model_reads_the_encoder_and_keeps_a_fresh_head(source,
+def test_bert_model_reads_the_encoder_and_keeps_a_fresh_head(source, read,
                                                              tmp_path):
-    mlm, _, dirs = source
+    mlm, _, _ = source
     tensors = {k: v for k, v in fx.hf_tensors(mlm, extras=True).items()
                if not k.startswith("cls.")}
     fx.write_huggingface(str(tmp_path), {
         k[len("bert."):] if k.startswith("bert.") else k: v
         for k, v in tensors.items()}, fx.hf_config("BertModel"))
     model, _ = bert.from_huggingface(str(tmp_path))
-    reference, _ = bert.from_huggingface(dirs["hf"])
+    reference, _ = read("hf", "hf")
     _assert_same(model.text_encoder, reference.text_encoder)
 
 
 # --------------------------------------------------------------------------
 # The tokenizer.
 
+@pytest.fixture(scope="module")
+def wordpiece():
+    """The fixture vocabulary's (lowercasing) WordPieceTokenizer, built
+    once: its graph functions trace once for the tests that share it."""
+    return WordPieceTokenizer(fx.vocabulary())
+
+
 @pytest.fixture(scope="module", params=[True, False])
-def tokenizers_pair(request):
+def tokenizers_pair(request, wordpiece):
     import tokenizers
 
     lower = request.param
@@ -264,7 +290,9 @@ def tokenizers_pair(request):
         lowercase=lower, strip_accents=None if lower else False,
         clean_text=True, handle_chinese_chars=True)
     reference.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    return WordPieceTokenizer(fx.vocabulary(), lowercase=lower), reference
+    ours = wordpiece if lower else WordPieceTokenizer(fx.vocabulary(),
+                                                      lowercase=False)
+    return ours, reference
 
 
 def test_tokenizer_ids_are_hugging_face_tokenizers_bert_ids(
@@ -273,20 +301,21 @@ def test_tokenizer_ids_are_hugging_face_tokenizers_bert_ids(
     BertPreTokenizer and WordPiece (BertTokenizerFast's pipeline)."""
     ours, reference = tokenizers_pair
     batch = ours.tokenize(SAMPLE)
-    for text, ids in zip(SAMPLE, batch.to_list()):
+    bert_ids = ours.bert_ids(SAMPLE).to_list()  # row by row, in one call
+    for text, ids, direct in zip(SAMPLE, batch.to_list(), bert_ids):
         want = reference.encode(text, add_special_tokens=False).ids
         assert to_bert_ids(np.asarray(ids, int), ours.order).tolist() == want
-        assert ours.bert_ids([text]).to_list()[0] == want
+        assert direct == want, text
     assert sum(len(r) for r in batch.to_list()) > 60
 
 
-def test_tokenizer_ids_are_keras_hubs_where_keras_hub_agrees():
+def test_tokenizer_ids_are_keras_hubs_where_keras_hub_agrees(wordpiece):
     """keras-hub's WordPiece (accents stripped, as BERT's uncased) agrees
     but for its NFKC case folding ("ß" -> "ss", "，" -> ","), and it keeps
     control characters."""
     import keras_hub
 
-    ours = WordPieceTokenizer(fx.vocabulary())
+    ours = wordpiece
     hub = keras_hub.tokenizers.WordPieceTokenizer(
         vocabulary=fx.vocabulary(), lowercase=True, strip_accents=True)
     folded = {1, 4, 10, 11}
@@ -296,9 +325,9 @@ def test_tokenizer_ids_are_keras_hubs_where_keras_hub_agrees():
         assert (mine.tolist() == theirs.tolist()) == (i not in folded), text
 
 
-def test_id_mapping_puts_bert_specials_at_tfattn_ids():
+def test_id_mapping_puts_bert_specials_at_tfattn_ids(wordpiece):
     vocab = fx.vocabulary()
-    tokenizer = WordPieceTokenizer(vocab)
+    tokenizer = wordpiece
     order = tokenizer.order
     assert [vocab[b] for b in order[:5]] == [
         "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -317,8 +346,8 @@ def test_id_mapping_puts_bert_specials_at_tfattn_ids():
         tfattn_id["["], tokenizer.unk_id, tfattn_id["]"]]
 
 
-def test_detokenize_joins_pieces_and_drops_specials():
-    tokenizer = WordPieceTokenizer(fx.vocabulary())
+def test_detokenize_joins_pieces_and_drops_specials(wordpiece):
+    tokenizer = wordpiece
     ids = tokenizer.tokenize(["The fox jumped over Berlin!"]).to_tensor()
     framed = np.pad(ids.numpy(), [[0, 0], [1, 2]])
     framed[0, 0], framed[0, -2] = 2, 3  # [CLS] ... [SEP] [PAD]
@@ -328,11 +357,11 @@ def test_detokenize_joins_pieces_and_drops_specials():
         "the fox jumped over berlin !")
 
 
-def test_tokenizer_runs_from_a_saved_model(tmp_path):
+def test_tokenizer_runs_from_a_saved_model(wordpiece, tmp_path):
     """In-graph: the tokenizer's functions survive `tf.saved_model`."""
     import tensorflow as tf
 
-    tokenizer = WordPieceTokenizer(fx.vocabulary())
+    tokenizer = wordpiece
     tf.saved_model.save(tokenizer, str(tmp_path))
     loaded = tf.saved_model.load(str(tmp_path))
     texts = tf.constant(SAMPLE[:5])

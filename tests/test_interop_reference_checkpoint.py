@@ -120,9 +120,12 @@ def _write(directory, flavor, num_layers=N, extra=None):
     with graph.as_default():
         _ReferenceVariables(flavor).model(num_layers, extra)
         model_vars = v1.global_variables()
-        loss = tf.add_n([tf.reduce_sum(tf.square(v)) for v in model_vars])
-        v1.train.AdamOptimizer().minimize(
-            loss, global_step=v1.train.get_or_create_global_step()
+        # Adam's slots and the global step, as training adds them (the
+        # update itself never runs: zero gradients spare building the
+        # gradient graph).
+        v1.train.AdamOptimizer().apply_gradients(
+            [(tf.zeros_like(v), v) for v in model_vars],
+            global_step=v1.train.get_or_create_global_step(),
         )
         with v1.Session(graph=graph) as session:
             session.run(v1.global_variables_initializer())
