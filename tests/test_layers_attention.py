@@ -315,7 +315,7 @@ def gru_encoder_decoder(units=64):
 def test_gru_encoder_decoder_with_additive_attention_learns_to_reverse():
     keras.utils.set_random_seed(0)
     source, target_in, target_out = _reverse_task(
-        np.random.default_rng(0), 6000
+        np.random.default_rng(0), 4000
     )
     model = gru_encoder_decoder()
     model.compile(

@@ -4,6 +4,7 @@ README.md and docs/guides/*.md runs on its own (imports included), and
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -51,8 +52,13 @@ def test_the_readme_and_guides_have_python_snippets():
     assert any(EXPORT in s for s in readme)
 
 
-@pytest.fixture
-def export_of_the_run_command(tmp_path, monkeypatch):
+# What a snippet reads is built once per module (each is the same for every
+# snippet that reads it) and copied into each snippet's own directory, so
+# that no snippet sees what another wrote.
+
+
+@pytest.fixture(scope="module")
+def export_of_the_run_command(tmp_path_factory):
     """What the README's run command leaves in runs/tiny_numbers/export
     (and the CTranslate2 export command in runs/tiny_numbers/ctranslate2),
     from a small untrained model (the snippet only has to run)."""
@@ -61,10 +67,11 @@ def export_of_the_run_command(tmp_path, monkeypatch):
     from tfattn.data import numbers_splits
     from tfattn.data import train_tokenizer
 
+    root = tmp_path_factory.mktemp("run_command")
     pairs = numbers_splits(max_value=300, num_validation=5, num_test=5)["train"]
     tokenizer = train_tokenizer(
         [s for pair in pairs for s in pair],
-        tmp_path / "spm",
+        tmp_path_factory.mktemp("spm"),
         vocab_size=40,
         split_digits=True,
     )
@@ -78,32 +85,26 @@ def export_of_the_run_command(tmp_path, monkeypatch):
         seed=0,
     )
     model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
-    monkeypatch.chdir(tmp_path)
     export.export_translator(
-        model, tokenizer, EXPORT, beam_size=1, extra_length=5
+        model, tokenizer, str(root / EXPORT), beam_size=1, extra_length=5
     )
     export.to_ctranslate2(
-        model, tokenizer, EXPORT_CT2, beam_size=1, extra_length=5
+        model, tokenizer, str(root / EXPORT_CT2), beam_size=1, extra_length=5
     )
+    return root
 
 
-@pytest.fixture
-def checkpoints_of_the_pretrained_guide(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def checkpoints_of_the_pretrained_guide(tmp_path_factory):
     """What the pretrained guide's download leaves in checkpoints/: tiny
     random OPUS-MT, GPT-2 and BERT directories in the same formats (the
     snippets only have to run)."""
-    import shutil
-
     from tests import bert_fixtures
     from tests import gpt2_fixtures
     from tests import marian_fixtures
 
-    class Factory:  # marian_fixtures' tmp_path_factory, under tmp_path
-        def mktemp(self, name):
-            return tmp_path / f"{name}_source"
-
-    root = tmp_path / CHECKPOINTS
-    marian_dir = marian_fixtures.write_checkpoint(Factory())[0]
+    root = tmp_path_factory.mktemp("pretrained_guide") / CHECKPOINTS
+    marian_dir = marian_fixtures.write_checkpoint(tmp_path_factory)[0]
     shutil.copytree(marian_dir, root / "opus-mt-en-de")
     hub = gpt2_fixtures.hub_model()
     vocab, merges = gpt2_fixtures.vocabulary()
@@ -114,41 +115,41 @@ def checkpoints_of_the_pretrained_guide(tmp_path, monkeypatch):
         str(root / "bert-base-uncased"),
         bert_fixtures.hf_tensors(bert_fixtures.hub_masked_lm(), extras=True),
         bert_fixtures.hf_config())
-    monkeypatch.chdir(tmp_path)
+    return root.parent
 
 
-@pytest.fixture
-def run_of_the_language_model_command(tmp_path, monkeypatch):
+def _trained_run(tmp_path_factory, name, task_of_the_text, run):
+    """`run` (relative) as `train.py --hparams=NAME --dataset=numbers`
+    leaves it, after 2 steps of a 1-layer model; the directory above."""
+    import hparams
+    from tfattn import config
+    from tfattn import training
+    from tfattn.data import sources
+
+    root = tmp_path_factory.mktemp(task_of_the_text)
+    hp = config.parse_overrides(hparams.get(name),
+                                "num_layers=1,checkpoint_every_steps=2")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)  # The run's files name it as the command does.
+        training.train(hp, sources.parse_dataset_spec("numbers",
+                                                      monolingual=True),
+                       run, steps=2, verbose=0)
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_of_the_language_model_command(tmp_path_factory):
     """What `train.py --hparams=gpt_tiny --dataset=numbers` leaves in
     runs/gpt_tiny_numbers, after 2 steps (the snippet only has to run)."""
-    import hparams
-    from tfattn import config
-    from tfattn import training
-    from tfattn.data import sources
-
-    monkeypatch.chdir(tmp_path)
-    hp = config.parse_overrides(hparams.get("gpt_tiny"),
-                                "num_layers=1,checkpoint_every_steps=2")
-    training.train(hp, sources.parse_dataset_spec("numbers",
-                                                  monolingual=True),
-                   LM_RUN, steps=2, verbose=0)
+    return _trained_run(tmp_path_factory, "gpt_tiny", "language_model",
+                        LM_RUN)
 
 
-@pytest.fixture
-def run_of_the_masked_lm_command(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def run_of_the_masked_lm_command(tmp_path_factory):
     """What `train.py --hparams=bert_tiny --dataset=numbers` leaves in
     runs/bert_tiny_numbers, after 2 steps (the snippet only has to run)."""
-    import hparams
-    from tfattn import config
-    from tfattn import training
-    from tfattn.data import sources
-
-    monkeypatch.chdir(tmp_path)
-    hp = config.parse_overrides(hparams.get("bert_tiny"),
-                                "num_layers=1,checkpoint_every_steps=2")
-    training.train(hp, sources.parse_dataset_spec("numbers",
-                                                  monolingual=True),
-                   MLM_RUN, steps=2, verbose=0)
+    return _trained_run(tmp_path_factory, "bert_tiny", "masked_lm", MLM_RUN)
 
 
 def snippet_id(index):
@@ -162,15 +163,18 @@ def snippet_id(index):
 def test_python_snippet_runs_as_pasted(index, tmp_path, monkeypatch, request):
     page, snippet = SNIPPETS[index]
     if EXPORT in snippet or EXPORT_CT2 in snippet:
-        request.getfixturevalue("export_of_the_run_command")
+        files = request.getfixturevalue("export_of_the_run_command")
     elif LM_RUN in snippet:
-        request.getfixturevalue("run_of_the_language_model_command")
+        files = request.getfixturevalue("run_of_the_language_model_command")
     elif MLM_RUN in snippet:
-        request.getfixturevalue("run_of_the_masked_lm_command")
+        files = request.getfixturevalue("run_of_the_masked_lm_command")
     elif f"{CHECKPOINTS}/" in snippet:
-        request.getfixturevalue("checkpoints_of_the_pretrained_guide")
+        files = request.getfixturevalue("checkpoints_of_the_pretrained_guide")
     else:
-        monkeypatch.chdir(tmp_path)
+        files = None
+    if files is not None:  # This snippet's own copy.
+        shutil.copytree(files, tmp_path, dirs_exist_ok=True)
+    monkeypatch.chdir(tmp_path)
     if 'os.environ["KERAS_BACKEND"]' in snippet:
         # A snippet that chooses its backend needs a process whose Keras
         # has not been imported yet.

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -81,20 +82,58 @@ def snapshot(directory):
     return files
 
 
+class _Records(logging.Handler):
+    """Keeps the records it is handed (caplog's job, in a module fixture)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    @property
+    def text(self):
+        return "\n".join(r.getMessage() for r in self.records)
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """One short run on the numbers task, shared by several tests."""
+def trained_with_log(tmp_path_factory):
+    """One short run on the numbers task, shared by several tests, and its
+    absl log (INFO and up). The run starts as a large model would (the
+    hint's threshold at 0) and times steps 2-3 only (`TIMED_STEPS=2`): the
+    start lines' test reads them; neither changes what is trained."""
     model_dir = tmp_path_factory.mktemp("numbers")
     losses = []
-    result = training.train(
-        SCORED_HPARAMS,
-        "numbers",
-        model_dir,
-        steps=30,
-        verbose=0,
-        on_step_end=lambda step, logs: losses.append(float(logs["loss"])),
-    )
-    return result, str(model_dir), losses
+    records = _Records()
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.addHandler(records)
+    absl_logger.setLevel(logging.INFO)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            # The loop reads these from its own module.
+            patch.setattr(training_loop, "LARGE_FOR_NUMBERS", 0)
+            patch.setattr(training_loop, "TIMED_STEPS", 2)
+            result = training.train(
+                SCORED_HPARAMS,
+                "numbers",
+                model_dir,
+                steps=30,
+                verbose=0,
+                on_step_end=lambda step, logs: losses.append(
+                    float(logs["loss"])),
+            )
+    finally:
+        absl_logger.removeHandler(records)
+        absl_logger.setLevel(level)
+    return (result, str(model_dir), losses), records.text
+
+
+@pytest.fixture(scope="module")
+def trained(trained_with_log):
+    """The shared run: (its result, its model directory, its losses)."""
+    return trained_with_log[0]
 
 
 @pytest.mark.slow
@@ -218,46 +257,9 @@ def test_checkpoints_without_hparams_are_refused(trained, tmp_path):
         training.train(TEST_HPARAMS, "numbers", copy, verbose=0)
 
 
-@pytest.mark.slow
-def test_interrupted_run_resumes_at_its_last_checkpoint(tmp_path):
-    def interrupt(step, logs):
-        if step == 8:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        training.train(
-            TEST_HPARAMS,
-            "numbers",
-            tmp_path,
-            steps=12,
-            verbose=0,
-            on_step_end=interrupt,
-        )
-    assert checkpoint_steps(tmp_path) == [5]
-    first = checkpoint_value(str(tmp_path / "ckpt-5"), "model/source_embedding")
-
-    seen = []
-    result = training.train(
-        None,
-        "numbers",
-        tmp_path,
-        steps=12,
-        verbose=0,
-        on_step_end=lambda step, logs: seen.append(step),
-    )
-    assert (result.start_step, result.step) == (5, 12)
-    assert seen == list(range(6, 13))
-    assert checkpoint_steps(tmp_path) == [5, 10, 12]
-    last = str(tmp_path / "ckpt-12")
-    assert checkpoint_value(last, "step/") == 12
-    # The optimizer's state was restored too: 5 + 7 updates.
-    assert checkpoint_value(last, "optimizer/_iterations") == 12
-    assert not np.array_equal(
-        first, checkpoint_value(last, "model/source_embedding")
-    )
-    # Finished: a further call does nothing.
-    again = training.train(None, "numbers", tmp_path, steps=12, verbose=0)
-    assert (again.start_step, again.step, again.loss) == (12, 12, None)
+# An interrupted run's resume (at its last checkpoint, with the optimizer's
+# state): test_training_run_dir.py's
+# test_interrupted_run_resumes_without_the_index_and_past_a_truncated_one.
 
 
 @pytest.mark.slow
@@ -620,10 +622,34 @@ def _run_workers(tmp_path, count, overrides):
     return reports
 
 
+# The model of the distributed and XLA comparisons: one block per stack,
+# no attention dropout (the same draws on every path).
+COMPARED_OVERRIDES = "num_layers=1,attention_dropout_rate=0.0"
+
+
+@pytest.fixture(scope="module")
+def one_device_losses():
+    """The plain (not XLA) step's losses on one device holding all 8 rows
+    of each of 4 batches, in this process (the default strategy: no
+    TensorFlow start to pay): the reference of the two-workers test (the
+    first 3: `_WORKER_SCRIPT`'s steps) and of the XLA test (all 4). Returns
+    (losses, the labels of the 4 batches)."""
+    hp = config.parse_overrides(hparams.get("tiny"), COMPARED_OVERRIDES)
+    inputs, labels = uneven_translation_batches(count=4)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({"source": inputs["source"], "target_in": labels}, labels)
+    )
+    strategy = tf.distribute.get_strategy()
+    keras.utils.set_random_seed(0)
+    trainer = training.build_trainer(strategy, hp, 48, seed=0)
+    batches = iter(strategy.experimental_distribute_dataset(dataset))
+    return [float(trainer.train_step(batches)[0]) for _ in range(4)], labels
+
+
 @pytest.mark.slow
-def test_two_workers_match_one_worker_with_the_same_global_batch(tmp_path):
-    overrides = "num_layers=1,attention_dropout_rate=0.0"
-    workers = _run_workers(tmp_path, 2, overrides)
+def test_two_workers_match_one_worker_with_the_same_global_batch(
+        tmp_path, one_device_losses):
+    workers = _run_workers(tmp_path, 2, COMPARED_OVERRIDES)
     assert [w["replicas"] for w in workers] == [2, 2]
     # Both workers hold identical weights (the same all-reduced update).
     assert workers[0]["losses"] == workers[1]["losses"]
@@ -631,11 +657,15 @@ def test_two_workers_match_one_worker_with_the_same_global_batch(tmp_path):
         np.testing.assert_array_equal(a, b)
     # The loss curve of 2 workers x 4 rows = 1 worker x 8 rows, to float32
     # summation error (each worker sums its half, the all-reduce adds them).
+    # (uneven_translation_batches(count=4) draws count=3's batches first.)
     _, labels = uneven_translation_batches(count=3)
+    single, single_labels = one_device_losses
+    np.testing.assert_array_equal(single_labels[:3], labels)
     bounds.assert_close(
         workers[0]["losses"],
-        _one_device_losses(overrides),
+        single[:3],
         terms=loss_terms(labels, 48),
+        err_msg="2 workers x 4 rows against 1 device x 8 rows",
     )
     # The cluster's `training.train` run: the same loss on both workers,
     # files written by the chief only, the workers' scratch space removed.
@@ -645,42 +675,29 @@ def test_two_workers_match_one_worker_with_the_same_global_batch(tmp_path):
     assert not (tmp_path / "run" / ".workers").exists()
 
 
-def _one_device_losses(overrides):
-    """`_WORKER_SCRIPT`'s three steps on one device holding all 8 rows, in
-    this process (the default strategy: no TensorFlow start to pay)."""
-    hp = config.parse_overrides(hparams.get("tiny"), overrides)
-    inputs, labels = uneven_translation_batches(count=3)
+@pytest.mark.slow
+def test_xla_step_matches_the_plain_step(one_device_losses):
+    """`jit_compile=True` computes the same loss and update (float32): the
+    XLA step's losses on the 4 batches of the plain one's
+    (`one_device_losses`, the same seed, hparams and strategy)."""
+    hp = config.parse_overrides(hparams.get("tiny"), COMPARED_OVERRIDES)
+    plain, labels = one_device_losses
+    inputs, _ = uneven_translation_batches(count=4)
     dataset = tf.data.Dataset.from_tensor_slices(
         ({"source": inputs["source"], "target_in": labels}, labels)
     )
-    strategy = tf.distribute.get_strategy()
     keras.utils.set_random_seed(0)
-    trainer = training.build_trainer(strategy, hp, 48, seed=0)
-    batches = iter(strategy.experimental_distribute_dataset(dataset))
-    return [float(trainer.train_step(batches)[0]) for _ in range(3)]
-
-
-@pytest.mark.slow
-def test_xla_step_matches_the_plain_step():
-    """`jit_compile=True` computes the same loss and update (float32)."""
-    hp = config.parse_overrides(TEST_HPARAMS, "attention_dropout_rate=0.0")
-    inputs, labels = uneven_translation_batches()
-    batch = ({k: v[0] for k, v in inputs.items()}, labels[0])
-    results = []
-    for jit in (False, True):
-        keras.utils.set_random_seed(0)
-        train_step = training.build_trainer(
-            tf.distribute.get_strategy(), hp, 48, seed=0, jit_compile=jit
-        ).train_step
-        iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
-        results.append([float(train_step(iterator)[0]) for _ in range(4)])
+    train_step = training.build_trainer(
+        tf.distribute.get_strategy(), hp, 48, seed=0, jit_compile=True
+    ).train_step
+    iterator = iter(dataset)
+    xla = [float(train_step(iterator)[0]) for _ in range(4)]
     # The weights are compared through the losses they give after 1-3
     # updates, not one by one: Adam turns float rounding in zero gradients
     # (the key projection's bias has none: softmax ignores it) into
     # updates of +-lr that differ between any two compilations. XLA fuses
     # and orders the float32 sums its own way.
-    bounds.assert_close(results[1], results[0],
-                        terms=loss_terms(labels, 48))
+    bounds.assert_close(xla, plain, terms=loss_terms(labels, 48))
 
 
 class _FakeStrategy:
@@ -820,22 +837,15 @@ def test_restore_model_refuses_bad_averages(trained, average_last, message):
 
 
 @pytest.mark.slow
-def test_start_lines_give_size_speed_projection_and_a_hint(
-    tmp_path, caplog, monkeypatch
-):
-    # The loop reads these from its own module.
-    monkeypatch.setattr(training_loop, "LARGE_FOR_NUMBERS", 0)
-    monkeypatch.setattr(training_loop, "TIMED_STEPS", 2)
-    with caplog.at_level("INFO", logger="absl"):
-        result = training.train(
-            TEST_HPARAMS, "numbers", tmp_path, steps=4, verbose=0
-        )
-    text = caplog.text
+def test_start_lines_give_size_speed_projection_and_a_hint(trained_with_log):
+    """The shared run's start lines (it ran with the hint's threshold at 0
+    and `TIMED_STEPS=2`)."""
+    (result, _, _), text = trained_with_log
     parameters = f"{result.model.count_params():,} parameters"
-    assert parameters in text and "on numbers from step 0 to 4" in text
+    assert parameters in text and "on numbers from step 0 to 30" in text
     assert re.search(
         r"[0-9.]+ s/step \(measured over steps 2-3\): about "
-        r"0h00m to step 4",
+        r"0h00m to step 30",
         text,
     )
     assert "sized for a large corpus" in text and "--dataset=tfds:" in text

@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -99,31 +98,44 @@ def test_no_readable_checkpoint_is_an_error_naming_them(tmp_path):
     assert checkpoints.latest(str(tmp_path / "empty")) is None
 
 
+def _hold_in_another_process(model_dir):
+    """`run_dir.hold(model_dir)` in a forked child, which starts with no
+    directory held (`run_dir._held` empty, as in a fresh interpreter) and
+    opens the lock file anew. Returns (its exit status, what it printed):
+    3 and the `ModelDirInUse` message when refused. (A fork, not a fresh
+    Python: the child needs no TensorFlow start of its own. A fresh
+    train.py refused is test_train_py_on_a_model_dir_in_use_is_refused.)"""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # The child: never returns into pytest.
+        status = 4
+        try:
+            os.close(read)
+            run_dir._held.clear()
+            try:
+                with run_dir.hold(model_dir):
+                    status = 0
+            except run_dir.ModelDirInUse as error:
+                os.write(write, str(error).encode())
+                status = 3
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        printed = pipe.read().decode()
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status), printed
+
+
 def test_the_lock_is_reentrant_and_refuses_another_process(tmp_path):
     model_dir = tmp_path / "run"
     with run_dir.hold(model_dir):
         with run_dir.hold(model_dir):  # the same process: fine
             pass
-        script = textwrap.dedent(f"""
-            import sys
-            sys.path.insert(0, {REPO!r})
-            from tfattn.training import run_dir
-            try:
-                with run_dir.hold({str(model_dir)!r}):
-                    pass
-            except run_dir.ModelDirInUse as error:
-                print(error)
-                sys.exit(3)
-        """)
-        out = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert out.returncode == 3, out.stderr[-2000:]
-    assert f"is in use by process {os.getpid()} on " in out.stdout
-    assert "use another --model_dir" in out.stdout
+        status, printed = _hold_in_another_process(model_dir)
+    assert status == 3, (status, printed)
+    assert f"is in use by process {os.getpid()} on " in printed
+    assert "use another --model_dir" in printed
     # Released: the lock can be taken again, and its file is gone, as is
     # the directory that holding it created.
     with run_dir.hold(model_dir):
@@ -164,27 +176,67 @@ def test_the_model_dir_cannot_be_a_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_resumes_without_the_index_and_past_a_truncated_one(tmp_path):
-    """The deleted-index case that used to restart at step 0 and overwrite
-    the trained checkpoints: it resumes at the newest readable one."""
-    training.train(TEST_HPARAMS, "numbers", tmp_path, steps=10, verbose=0)
-    assert checkpoint_steps(tmp_path) == [5, 10]
+def test_interrupted_run_resumes_without_the_index_and_past_a_truncated_one(
+        tmp_path):
+    """An interrupted run resumes at its last checkpoint, with the
+    optimizer's state; and the deleted-index case that used to restart at
+    step 0 and overwrite the trained checkpoints resumes at the newest
+    readable one (here the interrupted run's), as does a run whose newest
+    checkpoint is truncated. (One run serves both: the interrupt is
+    test_training_loop.py's case, the index this module's.)"""
+    def interrupt(step, logs):
+        if step == 12:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        training.train(
+            TEST_HPARAMS,
+            "numbers",
+            tmp_path,
+            steps=15,
+            verbose=0,
+            on_step_end=interrupt,
+        )
+    assert checkpoint_steps(tmp_path) == [5, 10], "interrupted at step 12"
     trained = checkpoint_value(
         str(tmp_path / "ckpt-10"), "model/source_embedding"
     )
+
     os.remove(tmp_path / "checkpoint")
-    result = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
-    assert (result.start_step, result.step) == (10, 15)
+    seen = []
+    result = training.train(
+        None,
+        "numbers",
+        tmp_path,
+        steps=15,
+        verbose=0,
+        on_step_end=lambda step, logs: seen.append(step),
+    )
+    assert (result.start_step, result.step) == (10, 15), (
+        "resumed without the index")
+    assert seen == list(range(11, 16))
     assert checkpoint_steps(tmp_path) == [5, 10, 15]
     np.testing.assert_array_equal(
         checkpoint_value(str(tmp_path / "ckpt-10"), "model/source_embedding"),
         trained,
+        err_msg="the resumed run overwrote the trained checkpoint",
+    )
+    last = str(tmp_path / "ckpt-15")
+    assert checkpoint_value(last, "step/") == 15
+    # The optimizer's state was restored too: 10 + 5 updates.
+    assert checkpoint_value(last, "optimizer/_iterations") == 15
+    assert not np.array_equal(
+        trained, checkpoint_value(last, "model/source_embedding")
     )
 
-    _truncate(str(tmp_path / "ckpt-15"))
+    _truncate(last)
     result = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
-    assert (result.start_step, result.step) == (10, 15)
-    assert checkpoints.unreadable(str(tmp_path / "ckpt-15")) is None
+    assert (result.start_step, result.step) == (10, 15), (
+        "resumed past the truncated ckpt-15")
+    assert checkpoints.unreadable(last) is None
+    # Finished: a further call does nothing.
+    again = training.train(None, "numbers", tmp_path, steps=15, verbose=0)
+    assert (again.start_step, again.step, again.loss) == (15, 15, None)
     model, _, _ = run_dir.restore_model(str(tmp_path))
     assert model.built
 
