@@ -60,7 +60,8 @@ def test_a_bfloat16_cpu_is_measured(monkeypatch, speedup, policy):
         return speedup
 
     monkeypatch.setattr(precision, "step_speedup", measured)
-    choice = precision.choose(_hp(), 5000, 13.2, flags={"avx512_bf16"})
+    choice = precision.choose(_hp(), 5000, 13.2, flags={"avx512_bf16"},
+                              environ={})
     assert choice.policy == policy and choice.speedup == speedup
     assert choice.source == "measured"
     assert f"{speedup:.2f}x float32" in choice.reason
@@ -71,7 +72,33 @@ def test_a_bfloat16_cpu_is_measured(monkeypatch, speedup, policy):
     )
 
 
+@pytest.mark.parametrize("environ, measured", [
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),
+    ({"DNNL_MAX_CPU_ISA": " sse41 "}, False),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, True),
+    ({"ONEDNN_MAX_CPU_ISA": "ALL"}, True),
+    ({}, True)])
+def test_a_onednn_limit_below_bfloat16_keeps_float32(
+        monkeypatch, environ, measured):
+    """oneDNN limited below AVX512_CORE_BF16 has no bfloat16 kernel on a
+    CPU that lists one (TensorFlow would still send bfloat16 matmuls to
+    it): float32, unmeasured; a limit at or above it measures."""
+    monkeypatch.setattr(precision, "step_speedup", lambda *args: 1.9)
+    choice = precision.choose(_hp(), 5000, 13.2, flags={"amx_bf16"},
+                              environ=environ)
+    if measured:
+        assert choice.policy == "mixed_bfloat16" and choice.speedup == 1.9
+    else:
+        limit = next(iter(environ.values())).strip().upper()
+        assert choice.policy is None and choice.speedup is None
+        assert (f"oneDNN is limited to {limit} (ONEDNN_MAX_CPU_ISA)"
+                in choice.reason), choice.reason
+
+
 @pytest.mark.slow
+@pytest.mark.half_precision  # It times a mixed_bfloat16 step.
 def test_the_measurement_times_the_real_step():
     """A small set's real step in both precisions: a positive ratio, and
     the global random state training seeds from left as it was."""
@@ -135,7 +162,8 @@ def test_the_probe_batch_stays_within_its_share_of_memory():
 def test_a_probe_that_cannot_fit_keeps_float32(monkeypatch):
     monkeypatch.setattr(memory, "physical_memory", lambda: 2**20)
     monkeypatch.setattr(precision, "step_speedup", _never_measured)
-    choice = precision.choose(_hp(), 8000, 13.2, flags={"amx_bf16"})
+    choice = precision.choose(_hp(), 8000, 13.2, flags={"amx_bf16"},
+                              environ={})
     assert choice.policy is None and "not even one row" in choice.reason
 
 
@@ -146,7 +174,8 @@ def test_a_probe_out_of_memory_keeps_float32(monkeypatch):
         )
 
     monkeypatch.setattr(precision, "step_speedup", out_of_memory)
-    choice = precision.choose(_hp(), 8000, 13.2, flags={"amx_bf16"})
+    choice = precision.choose(_hp(), 8000, 13.2, flags={"amx_bf16"},
+                              environ={})
     assert choice.policy is None and "ran out of memory" in choice.reason
 
 
@@ -171,6 +200,7 @@ def _train_py(model_dir, *args):
 
 
 @pytest.mark.slow
+@pytest.mark.half_precision  # It trains in mixed_bfloat16.
 def test_the_choice_is_recorded_once_and_reused(tmp_path, monkeypatch, capsys):
     """The first start measures and records; a resume reads the record
     (measuring again would fail); an explicit policy overrides it."""

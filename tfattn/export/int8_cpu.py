@@ -23,6 +23,7 @@ import os
 import platform
 
 from tfattn.training.precision import cpu_flags
+from tfattn.training.precision import onednn_limit
 
 __all__ = ["INT8_DOT_PRODUCT_FLAGS", "int8_is_faithful"]
 
@@ -54,9 +55,7 @@ def int8_is_faithful(flags=None, environ=None, machine=None):
     if machine.lower() not in _X86:
         return True
     flags = cpu_flags() if flags is None else set(flags)
-    environ = os.environ if environ is None else environ
-    limit = (environ.get("ONEDNN_MAX_CPU_ISA")
-             or environ.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    limit = onednn_limit(environ)
     if limit in _LIMITS_WITHOUT_VNNI:
         return False
     if limit in _LIMITS_WITH_AVX_VNNI_ONLY:

@@ -30,6 +30,7 @@ explicitly overrides it for that run.
 import contextlib
 import gc
 import json
+import os
 import random
 import time
 from typing import NamedTuple
@@ -49,6 +50,7 @@ __all__ = [
     "MIN_SPEEDUP",
     "MIN_WIDTH",
     "cpu_flags",
+    "onednn_limit",
     "PROBE_TOKENS",
     "PROBE_MEMORY_SHARE",
     "RECORD_FILENAME",
@@ -65,6 +67,12 @@ __all__ = [
 ]
 
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) below its first bfloat16 dot
+# product (AVX512_CORE_BF16): under these, oneDNN has no bfloat16 kernel to
+# run, whatever the CPU lists (tfattn.export.int8_cpu reads the limit the
+# same way for 8-bit products).
+_LIMITS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2",
+                        "AVX512_CORE", "AVX512_CORE_VNNI")
 MIN_SPEEDUP = 1.1
 # Narrower models are not measured: their matmuls are too small for the
 # bfloat16 units to pay for the casts (width 64: 0.99x for a matmul, 1.07x
@@ -211,7 +219,22 @@ def step_speedup(hp, vocab_size, rows, length, steps=3):
     return times[None] / times["mixed_bfloat16"]
 
 
-def choose(hp, vocab_size, mean_length, flags=None):
+def onednn_limit(environ=None):
+    """oneDNN's CPU ISA limit, upper case ("" where none is set).
+
+    Args:
+        environ: mapping or None (None: `os.environ`). Read for
+            `ONEDNN_MAX_CPU_ISA` / `DNNL_MAX_CPU_ISA`.
+
+    Returns:
+        str.
+    """
+    environ = os.environ if environ is None else environ
+    return (environ.get("ONEDNN_MAX_CPU_ISA")
+            or environ.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+
+
+def choose(hp, vocab_size, mean_length, flags=None, environ=None):
     """The `PrecisionChoice` for training the hparams `hp` here, with a
     vocabulary of `vocab_size` pieces on rows of `mean_length` tokens.
 
@@ -221,11 +244,14 @@ def choose(hp, vocab_size, mean_length, flags=None):
         mean_length: float. The training rows' mean length.
         flags: iterable of str or None. The CPU's flags (default:
             `cpu_flags()`).
+        environ: mapping or None (None: `os.environ`). A oneDNN ISA limit
+            below AVX512_CORE_BF16 in it (`onednn_limit`) takes the CPU's
+            bfloat16 dot product away.
 
     Returns:
         PrecisionChoice. By the rules of the module docstring; measured
-        (`step_speedup`) only on a CPU with a bfloat16 dot product and a
-        width of at least `MIN_WIDTH`.
+        (`step_speedup`) only on a CPU with a bfloat16 dot product that
+        oneDNN may use and a width of at least `MIN_WIDTH`.
     """
     if tf.config.list_logical_devices("TPU"):
         return PrecisionChoice("mixed_bfloat16", "a TPU computes in bfloat16")
@@ -248,6 +274,11 @@ def choose(hp, vocab_size, mean_length, flags=None):
         return PrecisionChoice(None, (
             "the CPU has no bfloat16 dot product (no "
             f"{' or '.join(CPU_BF16_FLAGS)} in /proc/cpuinfo)"))
+    limit = onednn_limit(environ)
+    if limit in _LIMITS_WITHOUT_BF16:
+        return PrecisionChoice(None, (
+            f"oneDNN is limited to {limit} (ONEDNN_MAX_CPU_ISA), which has "
+            f"no bfloat16 dot product, though the CPU lists {found[0]}"))
     if hp.num_units < MIN_WIDTH:
         return PrecisionChoice(None, (
             f"a width of {hp.num_units} (< {MIN_WIDTH}) gains nothing from "
