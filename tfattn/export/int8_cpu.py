@@ -19,7 +19,6 @@ runs an int8 export in float32 where int8 would be wrong: the weights stay
 the export's 8-bit values, dequantized once at load.
 """
 
-import os
 import platform
 
 from tfattn.training.precision import cpu_flags
