@@ -154,11 +154,21 @@ class TokenEmbedding(keras.layers.Layer):
                 _CONTEXT,
             )
         table = ops.cast(self.embeddings, self.compute_dtype)  # [V, C]
-        if self.zero_pad:
-            keep = ops.expand_dims(ops.arange(self.vocab_size) != 0, -1)
-            table = ops.where(keep, table, ops.zeros((), table.dtype))
         x = ops.cast(x, self.compute_dtype)
-        return ops.matmul(x, ops.transpose(table))
+        logits = ops.matmul(x, ops.transpose(table))
+        if self.zero_pad:
+            # Logit 0 set to 0 after the product rather than row 0 of the
+            # table before it: the same logits (each column is its own dot
+            # product) and no gradient to row 0 either way, but masking the
+            # table copies all V x C of it at every call (every decoding
+            # step) where XLA does not fuse the select, and the select
+            # after the product keeps XLA's CPU backend from fusing a
+            # following bias add (Marian's) into the product, a fused loop
+            # 8x slower than its matrix-vector kernel at a vocabulary of
+            # 58k (docs/traps.md item 38).
+            keep = ops.arange(self.vocab_size) != 0
+            logits = ops.where(keep, logits, ops.zeros((), logits.dtype))
+        return logits
 
     def compute_mask(self, ids, mask=None):
         if not self.mask_zero:
