@@ -218,26 +218,35 @@ def batched(rows, batch):
     return out
 
 
-def marian_engine(engine, model, tokenizer, directory, args):
-    """{(search, batch): callable over every batch of that setting}."""
-    from tfattn.decoding import samplers
+def ct2_model(kind, engine, model, tokenizer, directory):
+    """(a CTranslate2 `kind` (Translator or Generator) of the checkpoint's
+    `checkpoint_to_ctranslate2` export in the engine's weights, its token
+    strings by tfattn id), or (None, None) for a tfattn engine."""
+    if not engine.startswith("ct2"):
+        return None, None
+    import ctranslate2
+
     from tfattn.export import ctranslate2 as ct2_export
     from tfattn.export import ctranslate2_spec
 
+    weights = engine.split("-")[1]
+    path = ct2_export.checkpoint_to_ctranslate2(
+        model, tokenizer, os.path.join(directory, engine),
+        quantization=weights, overwrite=True)
+    return (getattr(ctranslate2, kind)(
+        path, device="cpu", compute_type=weights, inter_threads=1,
+        intra_threads=os.cpu_count()),
+        ctranslate2_spec.checkpoint_pieces(tokenizer))
+
+
+def marian_engine(engine, model, tokenizer, directory, args):
+    """{(search, batch): callable over every batch of that setting}."""
+    from tfattn.decoding import samplers
+
     rows = marian_rows(tokenizer, 2 * args.sentences)
     settings = {}
-    translator = None
-    if engine.startswith("ct2"):
-        import ctranslate2
-
-        weights = engine.split("-")[1]
-        path = ct2_export.checkpoint_to_ctranslate2(
-            model, tokenizer, os.path.join(directory, engine),
-            quantization=weights, overwrite=True)
-        translator = ctranslate2.Translator(
-            path, device="cpu", compute_type=weights, inter_threads=1,
-            intra_threads=os.cpu_count())
-        pieces = ctranslate2_spec.checkpoint_pieces(tokenizer)
+    translator, pieces = ct2_model("Translator", engine, model, tokenizer,
+                                   directory)
     for beam in (1, 4):
         for batch in (1, 16):
             chunks = batched(rows[:args.sentences] if batch == 1 else rows,
@@ -267,26 +276,14 @@ def marian_engine(engine, model, tokenizer, directory, args):
 
 
 def gpt2_engine(engine, model, tokenizer, directory, args):
-    from tfattn.export import ctranslate2 as ct2_export
-    from tfattn.export import ctranslate2_spec
-
+    """{(1, batch): callable over the prompts of that batch size}."""
     rng = np.random.default_rng(0)
     rows = rng.integers(4, model.vocab_size, (8 * 2, args.prompt))
     rows[:, 0] = 2  # tfattn's BOS
     rows = rows.astype(np.int32)
     settings = {}
-    generator = None
-    if engine.startswith("ct2"):
-        import ctranslate2
-
-        weights = engine.split("-")[1]
-        path = ct2_export.checkpoint_to_ctranslate2(
-            model, tokenizer, os.path.join(directory, engine),
-            quantization=weights, overwrite=True)
-        generator = ctranslate2.Generator(
-            path, device="cpu", compute_type=weights, inter_threads=1,
-            intra_threads=os.cpu_count())
-        pieces = ctranslate2_spec.checkpoint_pieces(tokenizer)
+    generator, pieces = ct2_model("Generator", engine, model, tokenizer,
+                                  directory)
     for batch in (1, 8):
         chunks = [rows[i:i + batch] for i in range(0, 8, batch)][
             :args.sentences if batch == 1 else 1]
