@@ -452,6 +452,41 @@ def test_unknown_batch_size_in_graph(tables, search):
     bounds.assert_close(scores, want_scores, terms=score_terms())
 
 
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_buffer_sized_in_the_graph(tables, search):
+    # A scalar tensor L (a buffer sized per call, as `Transformer.search`
+    # sizes it from the source) decodes what the Python int L decodes, for
+    # the smallest buffer (1) and the whole table.
+    step_fn, init = make_model(*tables)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def decode(length):
+        start = tf.fill([len(ROWS)], START)
+        return search(step_fn, start, init(ROWS), length, EOS)
+
+    for length in (1, LENGTH):
+        ids, scores = decode(tf.constant(length))
+        want_ids, want_scores = search(
+            step_fn, tf.fill([len(ROWS)], START), init(ROWS), length, EOS)
+        assert ids.shape == (len(ROWS), length)
+        np.testing.assert_array_equal(ids, want_ids)
+        bounds.assert_close(scores, want_scores, terms=score_terms())
+    assert decode.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+@pytest.mark.parametrize("spec", [tf.TensorSpec([], tf.float32),
+                                  tf.TensorSpec([1], tf.int32)])
+def test_graph_buffer_must_be_a_scalar_int(search, spec):
+    def decode(length):
+        return search(_step, tf.zeros([2], tf.int32), {}, length, EOS)
+
+    with pytest.raises(ValueError, match="argument `max_length`") as e:
+        tf.function(decode, input_signature=[spec]).get_concrete_function()
+    assert "scalar int tensor" in str(e.value)
+    assert f"dtype {spec.dtype.name}" in str(e.value)
+
+
 def test_decodes_without_a_cache():
     table = tf.constant(np.log([[1e-9, 0.1, 0.6, 0.3]] * VOCAB), tf.float32)
 

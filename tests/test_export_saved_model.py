@@ -361,7 +361,7 @@ def test_overwrite_then_an_xla_export_translates_as_the_python_xla_path(
     """A failed overwrite keeps the old export; a good one replaces it.
 
     The good one is `jit_compile=True`: the SavedModel's search runs under
-    XLA on sources padded to max_source_length, and translates as
+    XLA on sources padded to their length bucket, and translates as
     `translate_texts(jit_compile=True)` does."""
     model, tokenizer = tiny
     target = tmp_path / "out"

@@ -485,6 +485,40 @@ def test_beam_size_1_equals_greedy(models, flavor):
     )
 
 
+@pytest.mark.parametrize("sampler", [
+    "greedy", pytest.param(samplers.BeamSampler(2), marks=pytest.mark.slow)])
+def test_search_sizes_its_buffer_from_the_source(models, sampler):
+    # `search(source, None)` decodes into S + extra_length positions, capped
+    # at the positional table (L = 8): computed in the graph where S is
+    # unknown (one trace for every width), a Python int under XLA; the same
+    # tokens as `generate`, whose default width is the same.
+    model = models("paper", num_layers=1)
+    sampler = samplers.get(sampler)
+
+    def search(source, extra_length):
+        return model.search(source, None, sampler, EOS_ID,
+                            tf.zeros([2], tf.int32), extra_length)
+
+    graphs = {extra: tf.function(
+        lambda s, extra=extra: search(s, extra), autograph=False,
+        input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        for extra in (0, 50)}
+    for extra, graph in graphs.items():
+        for source in (SOURCE[:, :1], SOURCE):
+            width = min(source.shape[1] + extra, L)
+            want, _ = model.generate(source, sampler=sampler,
+                                     extra_length=extra, jit_compile=False)
+            assert want.shape[1] == width
+            ids, _ = graph(source)
+            np.testing.assert_array_equal(ids, want)
+        assert graph.experimental_get_tracing_count() == 1
+    xla = tf.function(lambda s: search(s, 0), jit_compile=True,
+                      autograph=False)
+    ids, _ = xla(SOURCE[:, :1])
+    assert ids.shape == (2, 1)
+    np.testing.assert_array_equal(ids, graphs[0](SOURCE[:, :1])[0])
+
+
 @pytest.mark.parametrize("flavor,normalize_first", SETUPS)
 def test_source_padding_does_not_change_logits(
     models, flavor, normalize_first

@@ -32,7 +32,7 @@ def _validate(
     """Checks the common arguments; returns them as tensors / ints."""
     if not callable(step_fn):
         raise invalid_argument("step_fn", "a callable", step_fn, context)
-    max_length = check_positive_int("max_length", max_length, context)
+    max_length = _buffer_length(max_length, context)
     eos_id = checked_stop_ids(eos_id, context)
     initial_ids = _int_vector("initial_ids", initial_ids, context)
     if lengths is not None:
@@ -57,7 +57,24 @@ def _validate(
                 f"<tensor of shape {shape}>",
                 context,
             )
-    return initial_ids, cache, int(max_length), eos_id, lengths
+    return initial_ids, cache, max_length, eos_id, lengths
+
+
+def _buffer_length(max_length, context):
+    """`max_length` as a Python int >= 1, or a scalar int tensor of a
+    TensorFlow graph (a buffer sized per call: `Transformer.search`)."""
+    if _on_tensorflow() and not isinstance(max_length, numbers.Integral):
+        import tensorflow as tf
+
+        if tf.is_symbolic_tensor(max_length):
+            if max_length.dtype.is_integer and max_length.shape.rank == 0:
+                return ops.cast(max_length, "int32")
+            raise invalid_argument(
+                "max_length", "a positive integer, or a scalar int tensor "
+                "inside a TensorFlow graph",
+                f"<tensor of shape {max_length.shape} and dtype "
+                f"{max_length.dtype.name}>", context)
+    return check_positive_int("max_length", max_length, context)
 
 
 def checked_stop_ids(eos_id, context, name="eos_id", allow_none=False):

@@ -19,6 +19,7 @@ from tfattn.data.tokenizer import EOS_ID
 from tfattn.data.tokenizer import PAD_ID
 from tfattn.data.tokenizer import SubwordTokenizer
 from tfattn.decoding import samplers
+from tfattn.utils import buckets
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
@@ -161,13 +162,16 @@ def generate_fn(model, sampler, extra_length, max_length, jit_compile,
         sampler: a `Sampler` (`samplers.for_beam_size(beam_size, alpha)`
             for the hparams' beam settings).
         extra_length: int. Outputs stop at their source length plus this.
-        max_length: int. The output buffer length (`decode_lengths`).
+        max_length: int or None. The output buffer length; None: the
+            source's width S plus `extra_length`, capped at the model's
+            `max_length` (sized per call, `Transformer.search`).
         jit_compile: bool. Compile with XLA; the function then takes no
-            input signature and traces once per source shape.
+            input signature and compiles once per source shape.
         seed: int in [-2**63, 2**63). The draws' seed (sampling).
 
     Returns:
-        The `tf.function`: int32 source ids [B, S] -> `(ids, scores)`.
+        The `tf.function`: int32 source ids [B, S] -> `(ids [B, L],
+        scores [B])`.
     """
     key = (sampler, extra_length, max_length, jit_compile, seed)
     per_model = _GENERATE_FNS.setdefault(model, {})
@@ -201,12 +205,16 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
     Every batch has the same number of rows: the last one is padded with
     empty strings (whose outputs are dropped), so it reuses the traced (or,
     with `jit_compile`, compiled) function of the others. The graph is cached
-    per model and decoding setting, so later calls do not retrace.
+    per model and decoding setting, so later calls do not retrace. Each
+    batch decodes into a buffer of its longest source plus `extra_length`
+    positions (as `Transformer.generate`), not the model's whole
+    `max_length`: every step attends over the buffer, so its length is
+    most of a step's cost.
 
     With the same arguments, the result equals the `translations` output of
     a SavedModel from `tfattn.export.export_translator` for the same batch:
     both truncate and encode the sources with `encode_for_translation` and
-    decode into the same buffer length (`decode_lengths`).
+    stop each row at its source length plus `extra_length`.
 
     Args:
         model: a built `tfattn.Transformer`.
@@ -220,10 +228,12 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
         extra_length: int. Outputs stop at their source length plus this.
             Defaults to `50`.
         max_source_length: int or None. Source cap (see `decode_lengths`).
-        jit_compile: bool. Run the search under XLA, with sources padded to
-            `max_source_length` so that one compilation serves every batch.
-            Faster for long runs on some hardware; results can differ from
-            the non-XLA ones in the last float bits. Defaults to `False`.
+        jit_compile: bool. Run the search under XLA, with each batch's
+            sources padded to their length bucket (the next power of two
+            >= 8, at most `max_source_length`), so that one compilation
+            serves every batch of a bucket (as `Transformer.generate`).
+            Faster once compiled; results can differ from the non-XLA
+            ones in the last float bits. Defaults to `False`.
         sampler: a `Sampler`, its name, or None: `beam_size` and `alpha`'s
             search (greedy for 1 beam). Any sampler of
             `Transformer.generate` works (e.g. `TopPSampler(0.9)` for
@@ -258,9 +268,8 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
             )
     if not texts:
         return []
-    max_source_length, max_length = decode_lengths(
-        model, extra_length, max_source_length
-    )
+    max_source_length, _ = decode_lengths(model, extra_length,
+                                          max_source_length)
     # A fresh in-graph tokenizer: tensorflow-text's SentencePiece resource
     # dies with the eager kernel cache, which `tf.random.set_seed` (and
     # `keras.utils.set_random_seed`) clears, so a tokenizer made before a
@@ -269,8 +278,6 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
         tokenizer = SubwordTokenizer(model_proto_of(tokenizer))
     else:  # A pretrained checkpoint's (`export.graph_tokenizer`).
         getattr(tokenizer, "rebuild_graph_ops", lambda: None)()
-    generate = generate_fn(model, sampler, int(extra_length), max_length,
-                           jit_compile, seed)
     rows = min(batch_size, len(texts))
     outputs = []
     for start in range(0, len(texts), rows):
@@ -278,9 +285,13 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
         real = len(batch)
         batch = batch + [""] * (rows - real)
         source = encode_for_translation(
-            tokenizer, tf.constant(batch, tf.string), max_source_length,
-            pad_to_length=jit_compile,
-        )
+            tokenizer, tf.constant(batch, tf.string), max_source_length)
+        buffer = None  # Sized in the graph: one trace for every shape.
+        if jit_compile:  # XLA compiles per shape: pad to the bucket.
+            source, buffer = _bucketed(source, extra_length,
+                                       max_source_length, model.max_length)
+        generate = generate_fn(model, sampler, int(extra_length), buffer,
+                               jit_compile, seed)
         ids, _ = generate(source)
         decoded = tokenizer.detokenize(ids).numpy()[:real]
         # The serving contract: a text without pieces translates to "".
@@ -288,6 +299,15 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
         outputs.extend("" if blank else t.decode("utf-8")
                        for t, blank in zip(decoded, empty))
     return outputs
+
+
+def _bucketed(source, extra_length, max_source_length, table):
+    """Source ids [B, S] right-padded with 0 to their length bucket (at
+    most `max_source_length`), and the buffer length of that bucket."""
+    width = max(min(buckets.bucket(int(source.shape[1])), max_source_length),
+                int(source.shape[1]))
+    source = tf.pad(source, [[0, 0], [0, width - int(source.shape[1])]])
+    return source, min(width + int(extra_length), int(table))
 
 
 def sample_translations(model, tokenizer, decoding, spec, split="validation",

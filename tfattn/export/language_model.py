@@ -16,8 +16,10 @@ continuation's log-probability under the model) and `truncated` (`[batch]`
 bool: the prompt was longer than the export's prompt length and only its
 last pieces were read). Everything runs in the graph: tokenisation, the
 prompt read as BOS + its pieces (an empty prompt continues from BOS alone:
-unconditional text), left-padded to the export's static prompt length,
-prefilled in one pass, the search in one `tf.while_loop`, detokenisation.
+unconditional text), left-padded to the request's longest prompt (not
+the export's whole prompt length: the prefill and every step's attention
+cost grow with the padded width), prefilled in one pass, the search in
+one `tf.while_loop`, detokenisation.
 A client needs TensorFlow and tensorflow-text::
 
     import tensorflow as tf, tensorflow_text  # noqa: F401
@@ -185,7 +187,9 @@ class LanguageModelExport(tf.Module):
         lengths = tf.cast(rows.row_lengths(), tf.int32)
         truncated = lengths > self._width
         lengths = tf.minimum(lengths, self._width)
-        left = _left_padded(rows, lengths, self._width)
+        # At least 2 columns: the prefill (all but the last) is never empty.
+        width = tf.maximum(tf.reduce_max(lengths), 2)
+        left = _left_padded(rows, lengths, width)
         ids, scores = self._model.search(
             left[:, :-1], left[:, -1], lengths, tf.fill([batch], self._new),
             seed, self._new, sampler, EOS_ID)

@@ -29,19 +29,22 @@ pieces and the attention weights of every layer and head (see
 The export directory also holds `model.keras` (the Keras model, for
 fine-tuning or Python-side decoding) and `spm.model` (its vocabulary).
 
-Lengths. The decode buffer must have a static length L. Sources are cut to
-`max_source_length` pieces (EOS included; by default the model's
-`max_length - extra_length`) and L = `min(max_source_length + extra_length,
-model.max_length)`; each row stops at its own source length plus
-`extra_length`. The source itself keeps a dynamic length (the longest row of
-the request), so short requests do not pay for the encoder at full length.
-A smaller `max_source_length` gives a shorter buffer and faster decoding.
+Lengths. Sources are cut to `max_source_length` pieces (EOS included; by
+default the model's `max_length - extra_length`) and each row stops at its
+own source length plus `extra_length`. Both the source and the decode buffer
+keep the request's size: the source its longest row S, the buffer
+`min(S + extra_length, model.max_length)` positions (the saved `max_length`
+is its largest size), so short requests pay neither for the encoder nor for
+the decoder's attention at full length. Under `jit_compile` the source is
+padded to its length bucket (a power of two >= 8, at most
+`max_source_length`), and XLA compiles once per batch size and bucket.
 """
 
 import os
 
 import tensorflow as tf
 
+from tfattn.utils import buckets
 from tfattn.utils import files
 from tfattn.export import contract
 from tfattn.data.tokenizer import BOS_ID
@@ -88,9 +91,9 @@ class Translator(tf.Module):
         max_source_length: int or None. See
             `tfattn.decoding.translate.decode_lengths`. Defaults to `None`.
         jit_compile: bool. Run `serving_default`'s search under XLA, with
-            sources padded to `max_source_length` (one compilation per
-            batch size, as `translate_texts(jit_compile=True)`). Defaults
-            to `False`.
+            sources padded to their length bucket (one compilation per
+            batch size and bucket, as `translate_texts(jit_compile=True)`).
+            Defaults to `False`.
         name: str or None. The module name. Defaults to `None`.
     """
 
@@ -174,9 +177,9 @@ class Translator(tf.Module):
         if self._jit_compile:
             source, truncated = encode_for_translation(
                 self.tokenizer, _vector_of_strings(sentences),
-                self._max_source_length, pad_to_length=True,
-                return_truncated=True)
-            ids, scores = self._compiled_search(source)
+                self._max_source_length, return_truncated=True)
+            ids, scores = self._compiled_search(
+                _pad_to_bucket(source, self._max_source_length))
         else:
             source, truncated, ids, scores = self._decode(sentences)
         # The serving contract: a text without pieces translates to "", 0.0.
@@ -204,8 +207,10 @@ class Translator(tf.Module):
         return source, truncated, ids, scores
 
     def _search(self, source):
+        # The buffer: the request's longest source plus `extra_length`,
+        # sized per call (under XLA, per compiled bucket).
         return self.model.search(
-            source, self._max_length,
+            source, None,
             samplers.for_beam_size(self._beam_size, self._alpha), EOS_ID,
             tf.zeros([2], tf.int32), self._extra_length)
 
@@ -241,6 +246,19 @@ class Translator(tf.Module):
                        source_tokens=pieces(source),
                        target_tokens=pieces(ids), truncated=truncated)
         return outputs
+
+
+def _pad_to_bucket(source, max_source_length):
+    """Source ids [B, S] right-padded with 0 to their length bucket
+    (`tfattn.utils.buckets.bucket`, at most `max_source_length`), in the
+    graph: XLA compiles once per bucket instead of once per length."""
+    sizes = [buckets.MIN_BUCKET]
+    while sizes[-1] < max_source_length:
+        sizes.append(sizes[-1] * 2)
+    sizes = tf.constant([min(n, max_source_length) for n in sizes])
+    width = tf.shape(source)[1]
+    target = tf.reduce_min(tf.boolean_mask(sizes, sizes >= width))
+    return tf.pad(source, [[0, 0], [0, target - width]])
 
 
 def graph_tokenizer(tokenizer):
@@ -311,7 +329,7 @@ def export_translator(model, tokenizer, export_dir, beam_size=4, alpha=0.6,
             `.keras`; written atomically, refused if it exists unless
             `overwrite`). Defaults to `None`.
         jit_compile: bool. Compile `serving_default`'s search with XLA
-            (sources padded to `max_source_length`; the serving runtime
+            (sources padded to their length bucket; the serving runtime
             must have XLA, as TensorFlow's Python runtime does). Gains
             most at small batches (`bench/export.py`; the Benchmarks
             page). Defaults to `False`.

@@ -22,7 +22,8 @@ from keras import ops
 from tfattn.ops import _backend
 from tfattn.utils import validation
 
-__all__ = ["check_ids", "concrete", "pair", "check_same_batch"]
+__all__ = ["check_ids", "concrete", "is_symbolic_length", "pair",
+           "check_same_batch"]
 
 _CONTEXT = "Transformer"
 
@@ -105,6 +106,12 @@ def concrete(x):
         if isinstance(x, jax.core.Tracer):
             return None
     return np.asarray(ops.convert_to_numpy(x))
+
+
+def is_symbolic_length(length):
+    """Whether a decode length is a tensor (a buffer sized in the graph,
+    `Transformer.search`) rather than a Python int."""
+    return not isinstance(length, (int, np.integer)) and ops.is_tensor(length)
 
 
 def pair(inputs, name):

@@ -12,10 +12,9 @@ from typing import NamedTuple
 import numpy as np
 
 from tfattn.utils import validation
+from tfattn.utils.buckets import bucket
 
-__all__ = ["PackedPrompts", "pack", "bucket", "with_prompts"]
-
-_MIN_BUCKET = 8
+__all__ = ["PackedPrompts", "pack", "with_prompts"]
 
 
 class PackedPrompts(NamedTuple):
@@ -33,23 +32,6 @@ class PackedPrompts(NamedTuple):
     last: np.ndarray
     lengths: np.ndarray
     prompts: list
-
-
-def bucket(n):
-    """The bucket of a length: 0 for 0, else the next power of two >= 8.
-
-    Args:
-        n: int >= 0.
-
-    Returns:
-        int. Shapes compile once per bucket, not once per length.
-    """
-    if n <= 0:
-        return 0
-    size = _MIN_BUCKET
-    while size < n:
-        size *= 2
-    return size
 
 
 def pack(prompts, vocab_size, max_length, max_new_tokens, context):

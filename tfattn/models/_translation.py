@@ -10,7 +10,7 @@ from keras import ops
 
 from tfattn.models import _generation
 from tfattn.models import _ids
-from tfattn.models import _prompts
+from tfattn.utils import buckets
 from tfattn.utils import validation
 from tfattn.utils.ids import BOS_ID
 from tfattn.utils.ids import EOS_ID
@@ -123,9 +123,18 @@ class TranslationGeneration:
         function (`tf.function`, XLA, `jax.jit`) or an export: encode once,
         then `sampler.search` over cached decoder steps from BOS.
 
+        The decoder's cache and the output hold L positions, and each step
+        attends over all of them (masked past the step), so a buffer no
+        longer than the work keeps the steps cheap: `None` sizes it from
+        the source, as `generate` does.
+
         Args:
             source: int [B, S]. Right-padded with 0.
-            max_new_tokens: Python int L. The output's width.
+            max_new_tokens: Python int L, or None: S + `extra_length`,
+                capped at the positional table's `max_length` (a Python
+                int where S is static, as under XLA and JAX; a scalar
+                tensor in a TensorFlow graph of unknown S, which sizes the
+                buffer per call). The output's width.
             sampler: Sampler.
             stop_ids: int or tuple of ints. Tokens that end a row.
             seed: int32 [2] (`samplers.seed_words`) or None (0).
@@ -136,6 +145,9 @@ class TranslationGeneration:
             `(ids [B, L] int32, scores [B] float32)`, tensors of the
             running backend.
         """
+        if max_new_tokens is None:
+            max_new_tokens = _source_buffer(source, extra_length,
+                                            self.max_length)
         memory, source_keep = self.encode(source, training=False)
         cache = self.init_decode_cache(memory, source_keep, max_new_tokens)
         lengths = ops.sum(ops.cast(source_keep, "int32"),
@@ -156,10 +168,19 @@ def _checked_extra_length(extra_length):
     return int(extra_length)
 
 
+def _source_buffer(source, extra_length, max_length):
+    """min(S + extra_length, max_length): a Python int where the source's
+    width S is static, else a scalar int32 tensor."""
+    width = ops.shape(source)[1]
+    if isinstance(width, int):
+        return min(width + extra_length, max_length)
+    return ops.minimum(ops.cast(width, "int32") + extra_length, max_length)
+
+
 def _bucketed_source(source, max_length):
     """`source` [B, S] right-padded with 0 to its bucket (a power of two
     >= 8, at most `max_length`): padding changes no output, and one
     compilation serves every width in the bucket."""
-    width = min(max(_prompts.bucket(source.shape[1]), source.shape[1]),
+    width = min(max(buckets.bucket(source.shape[1]), source.shape[1]),
                 max(max_length, source.shape[1]))
     return np.pad(source, [(0, 0), (0, width - source.shape[1])])

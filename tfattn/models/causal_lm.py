@@ -20,6 +20,7 @@ from tfattn.models.layout import checked_layout
 from tfattn.models.layout import checked_output_mask
 from tfattn.models.layout import serialized_activation
 from tfattn.ops import masking
+from tfattn.utils import buckets
 from tfattn.utils import validation
 from tfattn.utils.ids import BOS_ID
 from tfattn.utils.ids import EOS_ID
@@ -316,7 +317,7 @@ class CausalLM(keras.Model):
                                max_new_tokens, _CONTEXT)
         if not self.built:
             self.build((None, None))
-        buffer = _prompts.bucket(max_new_tokens)
+        buffer = buckets.bucket(max_new_tokens)
         batch = len(packed.prompts)
         key = (batch, packed.prefill.shape[1], buffer, settings.sampler,
                settings.stop_ids, settings.jit_compile)
@@ -350,7 +351,9 @@ class CausalLM(keras.Model):
 
         Args:
             prefill: int32 [B, Q]. Left-padded prompts without their last
-                token.
+                token. Q may be unknown in a TensorFlow graph (a request's
+                longest prompt, as the SavedModel pads); it is then at
+                least 1.
             last: int32 [B]. The prompts' last tokens.
             lengths: int32 [B]. The prompts' lengths.
             limits: int32 [B]. Tokens to generate per row at most.
@@ -365,8 +368,10 @@ class CausalLM(keras.Model):
         """
         prefill = ops.convert_to_tensor(prefill, "int32")
         batch, width = ops.shape(last)[0], prefill.shape[1]
+        if width is None:  # Sized per request in the graph.
+            width = ops.shape(prefill)[1]
         layers = self.decoder.init_cache(batch, width + buffer)
-        if width:
+        if not isinstance(width, int) or width:
             start = ops.cast(lengths, "int32") - 1 - width  # [B]
             x = self._embed(prefill, start, False)
             keep = masking.padding_mask(prefill)

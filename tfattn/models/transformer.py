@@ -376,8 +376,9 @@ class Transformer(TranslationGeneration, keras.Model):
         Returns:
             list: one cache per block (`Decoder.init_cache`).
         """
-        validation.check_positive_int("max_length", max_length, _CONTEXT)
-        self._check_decode_length(max_length)
+        if not _ids.is_symbolic_length(max_length):
+            validation.check_positive_int("max_length", max_length, _CONTEXT)
+            self._check_decode_length(max_length)
         return self.decoder.init_cache(
             ops.shape(memory)[0], max_length, memory,
             self._stack_mask(source_keep),
