@@ -105,6 +105,7 @@ def hf_tensors(task, extras=False):
         return np.ascontiguousarray(array.T if linear else array)
 
     b = task.backbone
+    width = b.hidden_dim  # WIDTH for the fixtures; any for the benches
     norm = b.get_layer("embeddings_layer_norm")
     t = {"bert.embeddings.word_embeddings.weight":
          get(b.token_embedding.embeddings),
@@ -119,10 +120,10 @@ def hf_tensors(task, extras=False):
         for part in ("query", "key", "value"):
             dense = getattr(att, part + "_dense")
             t[h + f"attention.self.{part}.weight"] = get(
-                dense.kernel, (WIDTH, WIDTH), linear=True)
-            t[h + f"attention.self.{part}.bias"] = get(dense.bias, (WIDTH,))
+                dense.kernel, (width, width), linear=True)
+            t[h + f"attention.self.{part}.bias"] = get(dense.bias, (width,))
         t[h + "attention.output.dense.weight"] = get(
-            att.output_dense.kernel, (WIDTH, WIDTH), linear=True)
+            att.output_dense.kernel, (width, width), linear=True)
         t[h + "attention.output.dense.bias"] = get(att.output_dense.bias)
         for name, ln in (("attention.output.LayerNorm",
                           layer._self_attention_layer_norm),
@@ -155,7 +156,7 @@ def hf_tensors(task, extras=False):
         p + "bias": get(head._bias)})
     if extras:
         t.update(pooler)
-        t["cls.seq_relationship.weight"] = np.ones((2, WIDTH), np.float32)
+        t["cls.seq_relationship.weight"] = np.ones((2, width), np.float32)
         t["cls.seq_relationship.bias"] = np.zeros((2,), np.float32)
         t["bert.embeddings.position_ids"] = np.arange(
             POSITIONS, dtype=np.int64)[None]
