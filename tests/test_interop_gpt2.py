@@ -314,6 +314,22 @@ def test_detokenize_gives_the_text_back(tokenizer):
     ) == b"the ende"  # GPT-2's id 68 is "e"
 
 
+@pytest.mark.parametrize("texts", [SAMPLE, [""], []])
+def test_eager_and_graph_paths_agree(tokenizer, texts):
+    # Eagerly the tokenizer runs keras-hub op by op (no trace); in a graph,
+    # its traced function: the same ids and texts, down to no text at all.
+    import tensorflow as tf
+
+    texts = tf.constant(texts, tf.string)
+    eager = tokenizer.tokenize(texts)
+    graph = tf.function(tokenizer.tokenize)(texts)
+    assert isinstance(eager, tf.RaggedTensor) and eager.dtype == tf.int32
+    assert eager.to_list() == graph.to_list()
+    ids = graph.to_tensor()
+    assert (tokenizer.detokenize(ids).numpy().tolist()
+            == tf.function(tokenizer.detokenize)(ids).numpy().tolist())
+
+
 def test_id_mapping_is_one_to_one_wherever_end_of_text_sits():
     g = np.arange(10)
     for e in (9, 4, 0):

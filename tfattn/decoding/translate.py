@@ -1,6 +1,7 @@
 """Translation with a trained `Transformer`: text in, text out.
 
-- `decode_lengths`: the source cap and the output buffer of a model.
+- `decode_lengths`: the source cap and the largest output buffer of a
+  model.
 - `encode_for_translation`: strings -> source ids (pieces, EOS, padding),
   eagerly and inside graphs; `tfattn.export` uses it in the SavedModel, so
   `translate_texts` and the export compute the same thing.
@@ -38,7 +39,7 @@ _CONTEXT = "translate"
 
 
 def decode_lengths(model, extra_length=50, max_source_length=None):
-    """The source cap S and the static output buffer length L of a model.
+    """The source cap S and the largest output buffer length L of a model.
 
     Args:
         model: a `tfattn.Transformer`.
@@ -53,7 +54,8 @@ def decode_lengths(model, extra_length=50, max_source_length=None):
     Returns:
         `(max_source_length, max_length)`: Python ints, with
         `max_length = min(max_source_length + extra_length,
-        model.max_length)`, the buffer `Transformer.generate` decodes into.
+        model.max_length)`: the longest output (a batch decodes into its
+        longest source plus `extra_length`, capped there).
     """
     if isinstance(extra_length, bool) or not isinstance(
         extra_length, (int, np.integer)

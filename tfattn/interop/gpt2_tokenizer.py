@@ -192,6 +192,12 @@ class GPT2Tokenizer(tf.Module):
 
     def _tokenize_batch(self, texts):
         gpt2 = self.keras_hub_tokenizer.tokenize(texts)  # ragged [B, None]
+        if isinstance(gpt2, (list, tuple)):  # Eager keras-hub: Python lists.
+            gpt2 = tf.RaggedTensor.from_row_lengths(
+                tf.constant([i for row in gpt2 for i in row], tf.int32),
+                tf.constant([len(row) for row in gpt2], tf.int64))
+        elif not isinstance(gpt2, tf.RaggedTensor):
+            gpt2 = tf.RaggedTensor.from_tensor(gpt2)
         return tf.ragged.map_flat_values(
             lambda ids: tf.cast(to_tfattn_ids(tf.cast(ids, tf.int32),
                                               self.end_of_text_id), tf.int32),
@@ -214,9 +220,14 @@ class GPT2Tokenizer(tf.Module):
             raise invalid_argument("text", "a string or a 1-D batch of "
                                    "strings", f"<tensor of shape "
                                    f"{text.shape}>", _CONTEXT)
+        # Eagerly, keras-hub tokenizes op by op in milliseconds, where
+        # tracing its BPE graph takes seconds (3.6 s for GPT-2's, once per
+        # tokenizer): the traced function serves graphs only.
+        tokenize = (self._tokenize_batch if tf.executing_eagerly()
+                    else self._tokenize)
         if text.shape.rank == 0:
-            return self._tokenize(text[tf.newaxis])[0]
-        return self._tokenize(text)
+            return tokenize(text[tf.newaxis])[0]
+        return tokenize(text)
 
     def _detokenize_batch(self, ids, stop_at_eos):
         is_eos = tf.cast(tf.equal(ids, EOS_ID), tf.int32)
@@ -252,7 +263,10 @@ class GPT2Tokenizer(tf.Module):
         if ids.shape.rank not in (1, 2):
             raise invalid_argument("ids", "a rank-1 or rank-2 tensor of ids",
                                    f"<tensor of shape {ids.shape}>", _CONTEXT)
+        detokenize = (self._detokenize_batch if tf.executing_eagerly()
+                      else self._detokenize)
+        if ids.shape.rank == 2 and ids.shape[0] == 0:  # (keras-hub: a scalar)
+            return tf.zeros([0], tf.string)
         if ids.shape.rank == 1:
-            return self._detokenize(ids[tf.newaxis],
-                                    tf.constant(stop_at_eos))[0]
-        return self._detokenize(ids, tf.constant(stop_at_eos))
+            return detokenize(ids[tf.newaxis], tf.constant(stop_at_eos))[0]
+        return detokenize(ids, tf.constant(stop_at_eos))
