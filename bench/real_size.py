@@ -20,7 +20,9 @@ own writers, then read back by its readers, as a user's would be:
 
 The engines (`--engines`): `tfattn` (`generate` at its defaults, XLA),
 `tfattn-plain` (`jit_compile=False`), `ct2-float32` and `ct2-int8` (the
-`checkpoint_to_ctranslate2` exports, `intra_threads` = the CPU count).
+`checkpoint_to_ctranslate2` exports, `intra_threads` = the CPU count), and
+`ct2-float32-onednn`, `ct2-int8-onednn`: the same with `CT2_USE_MKL=0`
+(oneDNN's GEMMs instead of MKL's, CTranslate2's best on AMD CPUs).
 Settings, as the issue that asked for this bench measured them: Marian
 greedy and beam 4 at batch 1 (`--sentences` rows, one call each) and batch
 16 (`2 x --sentences` rows); GPT-2 greedy at batch 1 and 8.
@@ -57,6 +59,9 @@ import numpy as np  # noqa: E402
 MULTI30K = os.environ.get("MULTI30K_DIR", os.path.join(
     _repo.ROOT, "..", "shared", "data", "multi30k", "raw"))
 ENGINES = ("tfattn", "tfattn-plain", "ct2-float32", "ct2-int8")
+# CTranslate2 with oneDNN's GEMMs instead of Intel MKL's (`CT2_USE_MKL=0`):
+# on AMD CPUs MKL's generic kernels are its default and can be slower.
+ONEDNN_ENGINES = ("ct2-float32-onednn", "ct2-int8-onednn")
 SHAPES = {
     "marian": dict(layers=6, units=512, heads=8, ffn=2048, vocab=58101),
     "gpt2": dict(layers=12, units=768, heads=12, ffn=3072, vocab=50257),
@@ -339,7 +344,10 @@ def run_engine(part, engine, directory, args):
                f"--child={part},{engine},{directory}",
                f"--sentences={args.sentences}", f"--new={args.new}",
                f"--prompt={args.prompt}", f"--rounds={args.rounds}"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = dict(os.environ)
+    if engine in ONEDNN_ENGINES:
+        env["CT2_USE_MKL"] = "0"
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])

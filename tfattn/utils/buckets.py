@@ -4,6 +4,7 @@ once per bucket instead of once per length."""
 
 __all__ = ["MIN_BUCKET", "bucket"]
 
+#: The smallest bucket: shorter lengths all pad to it.
 MIN_BUCKET = 8
 
 
