@@ -22,7 +22,8 @@ The engines (`--engines`): `tfattn` (`generate` at its defaults, XLA),
 `tfattn-plain` (`jit_compile=False`), `ct2-float32` and `ct2-int8` (the
 `checkpoint_to_ctranslate2` exports, `intra_threads` = the CPU count), and
 `ct2-float32-onednn`, `ct2-int8-onednn`: the same with `CT2_USE_MKL=0`
-(oneDNN's GEMMs instead of MKL's, CTranslate2's best on AMD CPUs).
+(oneDNN's GEMMs instead of MKL's), and `tfattn-keras-int8`: `generate`
+(XLA) after Keras's `model.quantize("int8")`.
 Settings, as the issue that asked for this bench measured them: Marian
 greedy and beam 4 at batch 1 (`--sentences` rows, one call each) and batch
 16 (`2 x --sentences` rows); GPT-2 greedy at batch 1 and 8.
@@ -59,9 +60,11 @@ import numpy as np  # noqa: E402
 MULTI30K = os.environ.get("MULTI30K_DIR", os.path.join(
     _repo.ROOT, "..", "shared", "data", "multi30k", "raw"))
 ENGINES = ("tfattn", "tfattn-plain", "ct2-float32", "ct2-int8")
-# CTranslate2 with oneDNN's GEMMs instead of Intel MKL's (`CT2_USE_MKL=0`):
-# on AMD CPUs MKL's generic kernels are its default and can be slower.
+# CTranslate2 with oneDNN's GEMMs instead of Intel MKL's, its default on
+# x86 (`CT2_USE_MKL=0`): its other backend, the one its AVX2 limit uses.
 ONEDNN_ENGINES = ("ct2-float32-onednn", "ct2-int8-onednn")
+# tfattn's generate (XLA) after Keras's `model.quantize("int8")`.
+KERAS_INT8 = "tfattn-keras-int8"
 SHAPES = {
     "marian": dict(layers=6, units=512, heads=8, ffn=2048, vocab=58101),
     "gpt2": dict(layers=12, units=768, heads=12, ffn=3072, vocab=50257),
@@ -270,7 +273,7 @@ def marian_engine(engine, model, tokenizer, directory, args):
                 continue
             sampler = ("greedy" if beam == 1
                        else samplers.BeamSampler(beam_size=beam))
-            jit = engine == "tfattn"
+            jit = engine in ("tfattn", KERAS_INT8)
             settings[beam, batch] = (
                 lambda chunks=chunks, sampler=sampler, jit=jit: [
                     model.generate(c, args.new, sampler=sampler,
@@ -301,7 +304,7 @@ def gpt2_engine(engine, model, tokenizer, directory, args):
                     sampling_topk=1, include_prompt_in_result=False)
                 for t in tokens])
             continue
-        jit = engine == "tfattn"
+        jit = engine in ("tfattn", KERAS_INT8)
         settings[1, batch] = (lambda chunks=chunks, jit=jit: [
             model.generate(c, args.new, "greedy", stop_token_ids=(),
                            jit_compile=jit) for c in chunks])
@@ -320,6 +323,11 @@ def run_child(spec, args):
         os.path.join(directory, {"marian": "opus-mt-shaped",
                                  "gpt2": "gpt2-shaped"}[part]))
     load = time.perf_counter() - start
+    if engine == KERAS_INT8:
+        # Keras's int8 quantization of every layer that has one (Dense:
+        # int8 weights, activations quantized per call); tfattn's tied
+        # output layer (TokenEmbedding) has none and stays float32.
+        model.quantize("int8")
     make = {"marian": marian_engine, "gpt2": gpt2_engine}[part]
     settings, rows_1, rows_n = make(engine, model, tokenizer, directory,
                                     args)
