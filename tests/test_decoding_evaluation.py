@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
+import tensorflow as tf
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 import tfattn
@@ -404,3 +405,19 @@ def test_translate_texts_takes_any_sampler(tiny):
     with pytest.raises(ValueError, match=r"`seed`"):
         translate.translate_texts(model, tokenizer, texts, sampler=hot,
                                   seed=2 ** 64)
+
+
+@pytest.mark.parametrize("width,cap,want", [
+    (1, 462, 8), (8, 462, 8), (9, 462, 16), (300, 462, 462), (462, 462, 462),
+    (1, 5, 5), (5, 5, 5)])
+def test_pad_to_bucket_pads_to_the_next_bucket_within_the_cap(width, cap,
+                                                              want):
+    source = tf.fill([2, width], 7)
+    padded = translate.pad_to_bucket(source, cap)
+    assert padded.shape == (2, want)
+    np.testing.assert_array_equal(padded[:, :width], source)
+    assert not np.any(padded[:, width:])
+    graph = tf.function(lambda s: translate.pad_to_bucket(s, cap),
+                        input_signature=[tf.TensorSpec([None, None],
+                                                       tf.int32)])
+    assert graph(source).shape == (2, want)

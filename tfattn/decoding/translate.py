@@ -5,6 +5,7 @@
 - `encode_for_translation`: strings -> source ids (pieces, EOS, padding),
   eagerly and inside graphs; `tfattn.export` uses it in the SavedModel, so
   `translate_texts` and the export compute the same thing.
+- `pad_to_bucket`: source ids padded to their length bucket (XLA's shapes).
 - `translate_texts`: source strings -> translations with `model.generate`
   (beam search or greedy), batch by batch, one traced function per setting.
 - `sample_translations`: the first pairs of a split, with the exact-match rate.
@@ -28,6 +29,7 @@ from tfattn.utils.validation import invalid_argument
 __all__ = [
     "decode_lengths",
     "encode_for_translation",
+    "pad_to_bucket",
     "model_proto_of",
     "empty_source_rows",
     "generate_fn",
@@ -290,8 +292,9 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
             tokenizer, tf.constant(batch, tf.string), max_source_length)
         buffer = None  # Sized in the graph: one trace for every shape.
         if jit_compile:  # XLA compiles per shape: pad to the bucket.
-            source, buffer = _bucketed(source, extra_length,
-                                       max_source_length, model.max_length)
+            source = pad_to_bucket(source, max_source_length)
+            buffer = min(int(source.shape[1]) + int(extra_length),
+                         int(model.max_length))
         generate = generate_fn(model, sampler, int(extra_length), buffer,
                                jit_compile, seed)
         ids, _ = generate(source)
@@ -303,13 +306,26 @@ def translate_texts(model, tokenizer, texts, beam_size=4, alpha=0.6,
     return outputs
 
 
-def _bucketed(source, extra_length, max_source_length, table):
-    """Source ids [B, S] right-padded with 0 to their length bucket (at
-    most `max_source_length`), and the buffer length of that bucket."""
-    width = max(min(buckets.bucket(int(source.shape[1])), max_source_length),
-                int(source.shape[1]))
-    source = tf.pad(source, [[0, 0], [0, width - int(source.shape[1])]])
-    return source, min(width + int(extra_length), int(table))
+def pad_to_bucket(source, max_source_length):
+    """Source ids right-padded with 0 to their length bucket
+    (`tfattn.utils.buckets.bucket`, at most `max_source_length`), eagerly
+    and inside graphs: XLA compiles once per bucket instead of once per
+    length.
+
+    Args:
+        source: int32 `[B, S]` tensor, S <= `max_source_length`.
+        max_source_length: Python int. The source cap.
+
+    Returns:
+        int32 `[B, S']` tensor, S' the smallest bucket >= S (or the cap).
+    """
+    sizes = [buckets.MIN_BUCKET]
+    while sizes[-1] < max_source_length:
+        sizes.append(sizes[-1] * 2)
+    sizes = tf.constant([min(n, max_source_length) for n in sizes])
+    width = tf.shape(source)[1]
+    target = tf.reduce_min(tf.boolean_mask(sizes, sizes >= width))
+    return tf.pad(source, [[0, 0], [0, target - width]])
 
 
 def sample_translations(model, tokenizer, decoding, spec, split="validation",

@@ -44,7 +44,6 @@ import os
 
 import tensorflow as tf
 
-from tfattn.utils import buckets
 from tfattn.utils import files
 from tfattn.export import contract
 from tfattn.data.tokenizer import BOS_ID
@@ -55,6 +54,7 @@ from tfattn.decoding import samplers
 from tfattn.decoding.translate import decode_lengths
 from tfattn.decoding.translate import encode_for_translation
 from tfattn.decoding.translate import model_proto_of
+from tfattn.decoding.translate import pad_to_bucket
 from tfattn.utils.validation import check_non_negative_float
 from tfattn.utils.validation import check_positive_int
 from tfattn.utils.validation import invalid_argument
@@ -179,7 +179,7 @@ class Translator(tf.Module):
                 self.tokenizer, _vector_of_strings(sentences),
                 self._max_source_length, return_truncated=True)
             ids, scores = self._compiled_search(
-                _pad_to_bucket(source, self._max_source_length))
+                pad_to_bucket(source, self._max_source_length))
         else:
             source, truncated, ids, scores = self._decode(sentences)
         # The serving contract: a text without pieces translates to "", 0.0.
@@ -246,19 +246,6 @@ class Translator(tf.Module):
                        source_tokens=pieces(source),
                        target_tokens=pieces(ids), truncated=truncated)
         return outputs
-
-
-def _pad_to_bucket(source, max_source_length):
-    """Source ids [B, S] right-padded with 0 to their length bucket
-    (`tfattn.utils.buckets.bucket`, at most `max_source_length`), in the
-    graph: XLA compiles once per bucket instead of once per length."""
-    sizes = [buckets.MIN_BUCKET]
-    while sizes[-1] < max_source_length:
-        sizes.append(sizes[-1] * 2)
-    sizes = tf.constant([min(n, max_source_length) for n in sizes])
-    width = tf.shape(source)[1]
-    target = tf.reduce_min(tf.boolean_mask(sizes, sizes >= width))
-    return tf.pad(source, [[0, 0], [0, target - width]])
 
 
 def graph_tokenizer(tokenizer):
